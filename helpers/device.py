@@ -1,0 +1,15 @@
+"""Pick the fastest available PyTorch device."""
+
+from __future__ import annotations
+
+import torch
+
+
+def pick_device() -> str:
+    """Return ``"cuda"`` if a CUDA GPU is available, else ``"mps"`` (Apple silicon), else ``"cpu"``."""
+    if torch.cuda.is_available():
+        return "cuda"
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        return "mps"
+    return "cpu"

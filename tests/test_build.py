@@ -1,0 +1,41 @@
+"""The book builds with warnings as errors, and only from the files in the table of contents."""
+
+from __future__ import annotations
+
+import re
+
+import yaml
+
+from conftest import ROOT, BookBuild
+
+
+def toc_files() -> list[str]:
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = [toc["root"]]
+    for part in toc.get("parts", []):
+        files += [chapter["file"] for chapter in part["chapters"]]
+    return files
+
+
+def test_strict_build_has_no_warnings(book_build: BookBuild) -> None:
+    assert book_build.returncode == 0, book_build.log[-5000:]
+    warnings = [line for line in book_build.log.splitlines() if re.search(r"WARNING|ERROR", line)]
+    assert warnings == [], "\n".join(warnings)
+
+
+def test_every_toc_page_is_built(book_build: BookBuild) -> None:
+    for file in toc_files():
+        assert (book_build.html_dir / f"{file}.html").is_file(), file
+
+
+def test_every_notebook_is_in_the_toc() -> None:
+    listed = set(toc_files())
+    notebooks = {str(p.relative_to(ROOT).with_suffix("")) for p in (ROOT / "book").rglob("*.ipynb")}
+    assert notebooks - listed == set(), "notebooks missing from _toc.yml"
+
+
+def test_offline_mathjax_is_bundled(book_build: BookBuild) -> None:
+    assert (book_build.html_dir / "_static" / "mathjax" / "tex-chtml.js").is_file()
+    page = (book_build.html_dir / "book" / "intro.html").read_text()
+    assert "_static/mathjax/tex-chtml.js" in page
+    assert "cdn.jsdelivr.net/npm/mathjax" not in page

@@ -1,0 +1,44 @@
+"""Committed notebooks are executed top to bottom, and runnable in a fresh Colab/Binder session.
+
+nbval passes a notebook whose outputs were cleared (there is nothing to compare), so these checks
+make sure what nbval compares is really there.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import ROOT
+
+NOTEBOOKS = sorted((ROOT / "book").rglob("*.ipynb"))
+REPOSITORY_URL = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
+
+
+def code_cells(path: Path) -> list[dict]:
+    cells = json.loads(path.read_text())["cells"]
+    return [c for c in cells if c["cell_type"] == "code" and "".join(c["source"]).strip()]
+
+
+def test_there_are_notebooks() -> None:
+    assert NOTEBOOKS, "no notebooks found under book/"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_is_committed_executed_in_order(path: Path) -> None:
+    cells = code_cells(path)
+    counts = [c["execution_count"] for c in cells]
+    assert None not in counts, f"{path.name}: {counts.count(None)} code cell(s) never executed"
+    assert counts == list(range(1, len(cells) + 1)), f"{path.name}: not run top to bottom in one go"
+    assert any(c["outputs"] for c in cells), f"{path.name}: no stored outputs at all"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_first_cell_installs_helpers_when_missing(path: Path) -> None:
+    first = "".join(code_cells(path)[0]["source"])
+    assert "import helpers" in first and "except ImportError" in first
+    assert f"git+{REPOSITORY_URL}" in first, "install URL must match repository.url in _config.yml"
+    assert code_cells(path)[0]["outputs"] == [], "the install cell must be silent when helpers is present"
