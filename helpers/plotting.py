@@ -1,0 +1,70 @@
+"""One function to draw any attention matrix, used by every chapter."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import matplotlib.pyplot as plt
+import numpy as np
+import torch
+from matplotlib.axes import Axes
+
+
+def plot_attention(
+    weights: torch.Tensor | np.ndarray,
+    keys: Sequence[str] | None = None,
+    queries: Sequence[str] | None = None,
+    *,
+    ax: Axes | None = None,
+    title: str | None = None,
+    annotate: bool | None = None,
+    cmap: str = "Blues",
+    colorbar: bool = True,
+) -> Axes:
+    """Draw a ``(T_q, T_k)`` attention matrix as a heatmap: rows are queries, columns keys.
+
+    Args:
+        weights: 2-D weights (a tensor is detached and moved to the CPU).
+        keys: labels of the columns (the tokens attended to); defaults to positions.
+        queries: labels of the rows (the tokens attending); defaults to ``keys`` when the matrix
+            is square, else to positions.
+        ax: axes to draw into; a new figure is made if omitted.
+        title: axes title.
+        annotate: write each weight in its cell; default only for matrices up to 10 x 10.
+        cmap: Matplotlib colour map.
+        colorbar: add a colour bar.
+
+    Raises:
+        ValueError: if ``weights`` is not 2-D or a label list has the wrong length.
+    """
+    w = weights.detach().float().cpu().numpy() if isinstance(weights, torch.Tensor) else np.asarray(weights, dtype=float)
+    if w.ndim != 2:
+        raise ValueError(f"weights must be 2-D (T_q, T_k), got shape {w.shape}; pick one batch element and head")
+    T_q, T_k = w.shape
+    if queries is None and keys is not None and T_q == T_k:
+        queries = keys
+    keys = list(keys) if keys is not None else [str(j) for j in range(T_k)]
+    queries = list(queries) if queries is not None else [str(i) for i in range(T_q)]
+    if len(keys) != T_k or len(queries) != T_q:
+        raise ValueError(
+            f"got {len(queries)} query labels and {len(keys)} key labels for a {T_q} x {T_k} matrix"
+        )
+    if ax is None:
+        _, ax = plt.subplots(figsize=(min(1 + 0.55 * T_k, 9), min(0.8 + 0.5 * T_q, 8)))
+    image = ax.imshow(w, cmap=cmap, vmin=0.0, vmax=max(1e-12, float(w.max())), aspect="auto")
+    ax.set_xticks(range(T_k), [repr(s)[1:-1] for s in keys], rotation=90 if max(map(len, keys)) > 2 else 0)
+    ax.set_yticks(range(T_q), [repr(s)[1:-1] for s in queries])
+    ax.set_xlabel("key (attended to)")
+    ax.set_ylabel("query (attending)")
+    if title:
+        ax.set_title(title)
+    if annotate is None:
+        annotate = T_q <= 10 and T_k <= 10
+    if annotate:
+        for i in range(T_q):
+            for j in range(T_k):
+                ax.text(j, i, f"{w[i, j]:.2f}", ha="center", va="center", fontsize=8,
+                        color="white" if w[i, j] > 0.6 * w.max() else "black")
+    if colorbar:
+        ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+    return ax
