@@ -1,0 +1,180 @@
+"""Batches, loss estimates, the learning-rate schedule and the training loop for language models."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+
+def train_val_split(data: torch.Tensor, train_fraction: float = 0.9) -> tuple[torch.Tensor, torch.Tensor]:
+    """Split a 1-D token tensor into its first ``train_fraction`` and the rest (no shuffling:
+    the validation text is a contiguous, unseen stretch of the corpus)."""
+    if data.dim() != 1:
+        raise ValueError(f"expected a 1-D tensor of token ids, got shape {tuple(data.shape)}")
+    if not 0.0 < train_fraction < 1.0:
+        raise ValueError(f"train_fraction must be in (0, 1), got {train_fraction}")
+    n = int(train_fraction * len(data))
+    return data[:n], data[n:]
+
+
+def get_batch(
+    data: torch.Tensor,
+    block_size: int,
+    batch_size: int,
+    *,
+    generator: torch.Generator | None = None,
+    device: torch.device | str = "cpu",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample ``batch_size`` random windows of ``block_size`` tokens.
+
+    Returns ``(x, y)``, both ``(B, T)``, where ``y`` is ``x`` shifted left by one: at every
+    position the target is the next token.
+    """
+    if block_size <= 0 or batch_size <= 0:
+        raise ValueError(f"block_size and batch_size must be positive, got {block_size}, {batch_size}")
+    if len(data) <= block_size:
+        raise ValueError(f"need more than block_size={block_size} tokens, got {len(data)}")
+    ix = torch.randint(len(data) - block_size, (batch_size,), generator=generator)
+    offsets = torch.arange(block_size)
+    x = data[ix[:, None] + offsets]
+    y = data[ix[:, None] + offsets + 1]
+    return x.to(device), y.to(device)
+
+
+@torch.no_grad()
+def estimate_loss(
+    model: nn.Module,
+    splits: dict[str, torch.Tensor],
+    block_size: int,
+    batch_size: int,
+    eval_iters: int,
+    *,
+    seed: int = 0,
+    device: torch.device | str = "cpu",
+) -> dict[str, float]:
+    """Mean loss of ``model`` on ``eval_iters`` batches of each split.
+
+    The batches come from their own generator seeded with ``seed``, so every call sees the same
+    batches (estimates are comparable across training) and the caller's random stream is untouched.
+    ``model(x, y)`` must return ``(logits, loss)``.
+    """
+    was_training = model.training
+    model.eval()
+    out = {}
+    for name, data in splits.items():
+        g = torch.Generator().manual_seed(seed)
+        losses = torch.empty(eval_iters)
+        for i in range(eval_iters):
+            x, y = get_batch(data, block_size, batch_size, generator=g, device=device)
+            _, loss = model(x, y)
+            losses[i] = loss.item()
+        out[name] = losses.mean().item()
+    model.train(was_training)
+    return out
+
+
+def cosine_lr(step: int, *, max_lr: float, warmup_steps: int, total_steps: int, min_lr: float = 0.0) -> float:
+    """Linear warm-up to ``max_lr`` over ``warmup_steps``, then cosine decay to ``min_lr`` at ``total_steps``."""
+    if step < warmup_steps:
+        return max_lr * (step + 1) / warmup_steps
+    if step >= total_steps:
+        return min_lr
+    progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+    return min_lr + 0.5 * (max_lr - min_lr) * (1.0 + math.cos(math.pi * progress))
+
+
+@dataclass
+class TrainConfig:
+    """Hyper-parameters of :func:`train`."""
+
+    max_iters: int = 2000
+    batch_size: int = 32
+    block_size: int = 64
+    max_lr: float = 1e-3
+    min_lr: float = 1e-4
+    warmup_iters: int = 100
+    weight_decay: float = 0.1
+    grad_clip: float = 1.0
+    eval_interval: int = 250
+    eval_iters: int = 20
+    seed: int = 1337
+    max_seconds: float | None = None  # stop early after this wall-clock budget (benchmarks)
+
+
+@dataclass
+class History:
+    """What :func:`train` measured."""
+
+    steps: list[int] = field(default_factory=list)
+    train_loss: list[float] = field(default_factory=list)
+    val_loss: list[float] = field(default_factory=list)
+    iters_done: int = 0
+    seconds: float = 0.0
+
+
+def train(
+    model: nn.Module,
+    train_data: torch.Tensor,
+    val_data: torch.Tensor,
+    config: TrainConfig,
+    *,
+    device: torch.device | str = "cpu",
+    optimizer: torch.optim.Optimizer | None = None,
+    progress: Callable[[int], object] | None = None,
+) -> History:
+    """Train ``model`` with AdamW, warm-up + cosine learning rate and gradient clipping.
+
+    Train and validation losses are estimated every ``eval_interval`` steps and at the end.
+    ``progress`` (e.g. a tqdm bar's ``update``) is called with 1 after every step.
+    """
+    g = torch.Generator().manual_seed(config.seed)
+    if optimizer is None:
+        optimizer = make_adamw(model, lr=config.max_lr, weight_decay=config.weight_decay)
+    splits = {"train": train_data, "val": val_data}
+    history = History()
+
+    def evaluate(step: int) -> None:
+        losses = estimate_loss(model, splits, config.block_size, config.batch_size, config.eval_iters, device=device)
+        history.steps.append(step)
+        history.train_loss.append(losses["train"])
+        history.val_loss.append(losses["val"])
+
+    model.train()
+    start = time.perf_counter()
+    step = 0
+    for step in range(config.max_iters):
+        if step % config.eval_interval == 0:
+            evaluate(step)
+        lr = cosine_lr(step, max_lr=config.max_lr, warmup_steps=config.warmup_iters,
+                       total_steps=config.max_iters, min_lr=config.min_lr)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        x, y = get_batch(train_data, config.block_size, config.batch_size, generator=g, device=device)
+        _, loss = model(x, y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if config.grad_clip > 0:
+            nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+        optimizer.step()
+        if progress is not None:
+            progress(1)
+        if config.max_seconds is not None and time.perf_counter() - start > config.max_seconds:
+            break
+    history.iters_done = step + 1
+    history.seconds = time.perf_counter() - start
+    evaluate(history.iters_done)
+    return history
+
+
+def make_adamw(model: nn.Module, *, lr: float, weight_decay: float) -> torch.optim.AdamW:
+    """AdamW that decays only matrices (weights of linear and embedding layers), not biases or
+    LayerNorm gains: shrinking those towards zero has no regularising purpose."""
+    decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.99))
