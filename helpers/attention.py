@@ -22,6 +22,7 @@ def scaled_dot_product_attention(
     mask: torch.Tensor | None = None,
     *,
     is_causal: bool = False,
+    scale: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention of queries ``q`` over keys ``k`` and values ``v``.
 
@@ -31,15 +32,18 @@ def scaled_dot_product_attention(
         v: ``(..., T_k, d_v)`` values.
         mask: optional mask broadcastable to ``(..., T_q, T_k)``: boolean (``True`` = may attend,
             as in ``F.scaled_dot_product_attention``) or additive float (``0`` / ``-inf``).
-        is_causal: hide keys after each query (needs ``T_q == T_k``).
+        is_causal: hide keys after each query (needs ``T_q == T_k``). May be combined with
+            ``mask``: a key is then visible only if both allow it.
+        scale: factor applied to the scores; ``None`` means ``1 / sqrt(d_k)`` with
+            ``d_k = q.shape[-1]``, the head size (as in ``F.scaled_dot_product_attention``).
 
     Returns:
         ``(out, weights)``: ``out`` is ``(..., T_q, d_v)``; ``weights`` is ``(..., T_q, T_k)`` and
         every row sums to 1 (a row with every key masked is all zeros rather than NaN).
 
     Raises:
-        ValueError: on mismatched shapes, a mask that does not broadcast, or ``is_causal`` with
-            ``T_q != T_k``.
+        ValueError: on mismatched shapes, a mask that does not broadcast, a mask that is neither
+            boolean nor floating point, or ``is_causal`` with ``T_q != T_k``.
     """
     if q.dim() < 2 or k.dim() < 2 or v.dim() < 2:
         raise ValueError(f"q, k, v need at least 2 dims (T, d), got {q.dim()}, {k.dim()}, {v.dim()}")
@@ -51,20 +55,35 @@ def scaled_dot_product_attention(
         raise ValueError(
             f"keys and values must have the same length T_k, got k {tuple(k.shape)} and v {tuple(v.shape)}"
         )
+    try:
+        torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    except RuntimeError as err:
+        raise ValueError(
+            f"the leading (batch, head) dims of q {tuple(q.shape)}, k {tuple(k.shape)} and "
+            f"v {tuple(v.shape)} do not broadcast"
+        ) from err
     T_q, T_k = q.shape[-2], k.shape[-2]
-    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., T_q, T_k)
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    scores = q @ k.transpose(-2, -1) * scale  # (..., T_q, T_k)
 
     if is_causal:
         if T_q != T_k:
             raise ValueError(f"is_causal needs as many queries as keys, got T_q={T_q}, T_k={T_k}")
         scores = scores.masked_fill(~causal_mask(T_q, device=scores.device), float("-inf"))
     if mask is not None:
+        expected = f"the scores' shape {tuple(scores.shape)} = (..., T_q, T_k)"
         try:
-            torch.broadcast_shapes(mask.shape, scores.shape)
+            broadcast = torch.broadcast_shapes(mask.shape, scores.shape)
         except RuntimeError as err:
+            raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to {expected}") from err
+        if broadcast != scores.shape:  # the mask would silently add batch dimensions
+            raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to {expected}")
+        if mask.dtype != torch.bool and not mask.is_floating_point():
             raise ValueError(
-                f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' shape {tuple(scores.shape)}"
-            ) from err
+                f"mask must be boolean (True = may attend) or float (0 / -inf added to the scores), "
+                f"got dtype {mask.dtype}; a 0/1 integer mask would be added to the scores, not mask them"
+            )
         if mask.dtype == torch.bool:
             scores = scores.masked_fill(~mask, float("-inf"))
         else:

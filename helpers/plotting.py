@@ -52,7 +52,7 @@ def plot_attention(
     if ax is None:
         _, ax = plt.subplots(figsize=(min(1 + 0.55 * T_k, 9), min(0.8 + 0.5 * T_q, 8)))
     image = ax.imshow(w, cmap=cmap, vmin=0.0, vmax=max(1e-12, float(w.max())), aspect="auto")
-    ax.set_xticks(range(T_k), [repr(s)[1:-1] for s in keys], rotation=90 if max(map(len, keys)) > 2 else 0)
+    ax.set_xticks(range(T_k), [repr(s)[1:-1] for s in keys], rotation=90 if max(map(len, keys), default=0) > 2 else 0)
     ax.set_yticks(range(T_q), [repr(s)[1:-1] for s in queries])
     ax.set_xlabel("key (attended to)")
     ax.set_ylabel("query (attending)")

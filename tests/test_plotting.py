@@ -1,0 +1,89 @@
+"""The shared heatmap labels its axes with the tokens and refuses inputs it cannot draw."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display needed
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from helpers.plotting import plot_attention  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    yield
+    plt.close("all")
+
+
+def tick_labels(ax, axis: str) -> list[str]:
+    ticks = ax.get_xticklabels() if axis == "x" else ax.get_yticklabels()
+    return [t.get_text() for t in ticks]
+
+
+def test_square_matrix_uses_keys_for_both_axes() -> None:
+    tokens = ["Life", "is", "short"]
+    w = torch.softmax(torch.randn(3, 3, generator=torch.Generator().manual_seed(0)), dim=-1)
+    ax = plot_attention(w, tokens, title="demo")
+    assert tick_labels(ax, "x") == tokens
+    assert tick_labels(ax, "y") == tokens
+    assert ax.get_title() == "demo"
+    assert ax.get_xlabel() == "key (attended to)" and ax.get_ylabel() == "query (attending)"
+    np.testing.assert_allclose(ax.images[0].get_array(), w.numpy())
+
+
+def test_rectangular_matrix_with_separate_labels() -> None:
+    w = np.full((2, 4), 0.25)
+    ax = plot_attention(w, keys=list("abcd"), queries=["x", "y"])
+    assert tick_labels(ax, "x") == list("abcd")
+    assert tick_labels(ax, "y") == ["x", "y"]
+
+
+def test_default_labels_are_positions() -> None:
+    ax = plot_attention(np.eye(3))
+    assert tick_labels(ax, "x") == ["0", "1", "2"]
+    assert tick_labels(ax, "y") == ["0", "1", "2"]
+
+
+def test_special_characters_are_shown_escaped() -> None:
+    ax = plot_attention(np.eye(2), ["\n", " "])
+    assert tick_labels(ax, "x") == ["\\n", " "]
+
+
+def test_draws_into_given_axes_and_annotates_small_matrices() -> None:
+    fig, axes = plt.subplots(1, 2)
+    ax = plot_attention(np.eye(3) * 0.5, ax=axes[1], colorbar=False)
+    assert ax is axes[1]
+    assert [t.get_text() for t in ax.texts] == ["0.50", "0.00", "0.00", "0.00", "0.50", "0.00", "0.00", "0.00", "0.50"]
+    assert len(fig.axes) == 2  # no colour bar was added
+
+
+def test_large_matrices_are_not_annotated_by_default() -> None:
+    ax = plot_attention(np.full((12, 12), 1 / 12))
+    assert len(ax.texts) == 0
+
+
+def test_tensor_with_grad_is_accepted() -> None:
+    w = torch.softmax(torch.randn(4, 4, requires_grad=True), dim=-1)
+    ax = plot_attention(w)
+    np.testing.assert_allclose(ax.images[0].get_array(), w.detach().numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("shape", [(4,), (2, 3, 3)])
+def test_non_2d_weights_raise(shape: tuple) -> None:
+    with pytest.raises(ValueError, match=r"weights must be 2-D \(T_q, T_k\), got shape"):
+        plot_attention(np.zeros(shape))
+
+
+def test_wrong_number_of_key_labels_raises() -> None:
+    with pytest.raises(ValueError, match=r"got 3 query labels and 2 key labels for a 3 x 3 matrix"):
+        plot_attention(np.eye(3), ["a", "b"], ["a", "b", "c"])
+
+
+def test_wrong_number_of_query_labels_raises() -> None:
+    with pytest.raises(ValueError, match=r"got 1 query labels and 4 key labels for a 2 x 4 matrix"):
+        plot_attention(np.zeros((2, 4)), list("abcd"), ["x"])
