@@ -1,20 +1,39 @@
-"""Multi-head attention in its efficient form: project once, split into heads, attend, merge.
+"""Multi-head attention, in two equivalent forms, and weight copies between them and PyTorch.
 
-``MultiHeadAttention`` is the layer the GPT model uses. Its fused input projection stores
-``[W_q; W_k; W_v]`` stacked row-wise, the same layout as ``nn.MultiheadAttention.in_proj_weight``,
-so weights copy across directly. It supports self-attention (causal or not), cross-attention
-(keys and values from a second sequence) and a key/value cache for fast generation.
+``MultiHeadAttentionConcat`` is the form that is easiest to read: a list of independent
+``helpers.attention.Head`` modules whose outputs are concatenated, then an output projection.
+
+``MultiHeadAttention`` is the efficient form, the layer the GPT model uses: project once, split
+into heads, attend, merge. Its fused input projection stores ``[W_q; W_k; W_v]`` stacked row-wise,
+the same layout as ``nn.MultiheadAttention.in_proj_weight``, so weights copy across directly. It
+supports self-attention (causal or not), cross-attention (keys and values from a second sequence)
+and a key/value cache for fast generation.
+
+``copy_concat_to_fused`` and ``copy_fused_to_torch`` move weights between the three, so that the
+book (and the tests) can check that they compute the same function.
 """
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from helpers.attention import scaled_dot_product_attention
+from helpers.attention import Head, scaled_dot_product_attention
+
+
+def _check_sizes(n_embd: int, n_head: int) -> None:
+    for name, value in (("n_embd", n_embd), ("n_head", n_head)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
+            raise ValueError(f"{name} must be a positive int, got {value!r}")
+    if n_embd % n_head != 0:
+        raise ValueError(
+            f"n_embd={n_embd} is not divisible by n_head={n_head}: every head gets "
+            f"head_size = n_embd // n_head channels, so n_head must divide n_embd"
+        )
 
 
 @dataclass
@@ -29,8 +48,17 @@ class KVCache:
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Add the new tokens' keys and values; return all keys and values so far."""
+        if k.shape != v.shape or k.dim() != 4:
+            raise ValueError(
+                f"keys and values must both be (B, n_head, T_new, head_size), got {tuple(k.shape)} and {tuple(v.shape)}"
+            )
         if self.k is None or self.v is None:
             self.k, self.v = k, v
+        elif k.shape[:2] != self.k.shape[:2] or k.shape[-1] != self.k.shape[-1]:
+            raise ValueError(
+                f"new keys {tuple(k.shape)} do not match the cached ones {tuple(self.k.shape)} in "
+                "(B, n_head, head_size); use one KVCache per layer and per batch"
+            )
         else:
             self.k = torch.cat([self.k, k], dim=-2)
             self.v = torch.cat([self.v, v], dim=-2)
@@ -43,7 +71,8 @@ class MultiHeadAttention(nn.Module):
     Args:
         n_embd: token size ``C``; must be divisible by ``n_head``.
         n_head: number of heads; each has ``head_size = n_embd // n_head``.
-        causal: mask future keys (decoder self-attention).
+        causal: mask future keys (decoder self-attention). Ignored for cross-attention, where
+            every query may see the whole ``context``.
         dropout: dropout on the attention weights and on the output.
         bias: whether the projections have biases.
         use_sdpa: compute attention with PyTorch's fused ``F.scaled_dot_product_attention``
@@ -61,10 +90,9 @@ class MultiHeadAttention(nn.Module):
         use_sdpa: bool = True,
     ) -> None:
         super().__init__()
-        if n_embd <= 0 or n_head <= 0:
-            raise ValueError(f"n_embd and n_head must be positive, got {n_embd} and {n_head}")
-        if n_embd % n_head != 0:
-            raise ValueError(f"n_embd={n_embd} is not divisible by n_head={n_head}")
+        _check_sizes(n_embd, n_head)
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         self.n_embd, self.n_head, self.head_size = n_embd, n_head, n_embd // n_head
         self.causal, self.dropout, self.use_sdpa = causal, dropout, use_sdpa
         self.c_attn = nn.Linear(n_embd, 3 * n_embd, bias=bias)  # [W_q; W_k; W_v]
@@ -108,6 +136,11 @@ class MultiHeadAttention(nn.Module):
                 raise ValueError(
                     f"context must have shape ({x.shape[0]}, T_ctx, {C}), got {tuple(context.shape)}"
                 )
+            if kv_cache is not None:
+                raise ValueError(
+                    "a kv_cache is for self-attention; for cross-attention the context's keys and "
+                    "values do not grow, so compute them once instead of appending them at every call"
+                )
             q = F.linear(x, W[:C], None if b is None else b[:C])
             k, v = F.linear(context, W[C:], None if b is None else b[C:]).split(C, dim=2)
         q, k, v = self._split_heads(q), self._split_heads(k), self._split_heads(v)
@@ -140,3 +173,109 @@ class MultiHeadAttention(nn.Module):
             self.last_weights = weights.detach()
         y = y.transpose(1, 2).contiguous().view(x.shape[0], T_new, C)  # merge heads
         return self.resid_dropout(self.c_proj(y))
+
+
+class MultiHeadAttentionConcat(nn.Module):
+    """``n_head`` independent heads side by side, concatenated, then an output projection.
+
+    The readable form of multi-head attention: ``proj(cat([head_1(x), ..., head_h(x)]))``. It
+    computes the same function as ``MultiHeadAttention`` once the weights are shared (see
+    ``copy_concat_to_fused``), but runs the heads one after the other.
+
+    Args:
+        n_embd: token size ``C``; must be divisible by ``n_head``.
+        n_head: number of heads; each is a ``helpers.attention.Head`` with
+            ``head_size = n_embd // n_head``.
+        causal: mask future keys in every head (decoder self-attention).
+        bias: whether the projections have biases.
+    """
+
+    def __init__(self, n_embd: int, n_head: int, *, causal: bool = True, bias: bool = False) -> None:
+        super().__init__()
+        _check_sizes(n_embd, n_head)
+        self.n_embd, self.n_head, self.head_size = n_embd, n_head, n_embd // n_head
+        self.causal = causal
+        self.heads = nn.ModuleList(
+            Head(n_embd, self.head_size, causal=causal, bias=bias) for _ in range(n_head)
+        )
+        self.proj = nn.Linear(n_embd, n_embd, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """``x``: ``(B, T, C)`` -> ``(B, T, C)``."""
+        if x.dim() != 3 or x.shape[-1] != self.n_embd:
+            raise ValueError(f"expected x of shape (B, T, {self.n_embd}), got {tuple(x.shape)}")
+        return self.proj(torch.cat([head(x) for head in self.heads], dim=-1))
+
+    @property
+    def last_weights(self) -> torch.Tensor | None:
+        """The heads' attention weights of the last call, stacked to ``(B, n_head, T, T)``."""
+        weights = [head.last_weights for head in self.heads]
+        if any(w is None for w in weights):
+            return None
+        return torch.stack(weights, dim=1)  # type: ignore[arg-type]
+
+
+def _same_bias(name: str, a: torch.Tensor | None, b: torch.Tensor | None) -> None:
+    if (a is None) != (b is None):
+        has, lacks = ("source", "destination") if a is not None else ("destination", "source")
+        raise ValueError(f"{name}: the {has} has a bias but the {lacks} does not; build both with the same bias=")
+
+
+@torch.no_grad()
+def copy_concat_to_fused(src: MultiHeadAttentionConcat, dst: MultiHeadAttention) -> None:
+    """Copy a list-of-heads layer's weights into the fused layer, in place.
+
+    Head ``h``'s query weights (``head_size`` rows) become rows ``h * head_size ..`` of the
+    query block of ``dst.c_attn.weight``, and likewise for keys and values, so that splitting
+    the fused projection into heads gives back exactly the heads of ``src``.
+
+    Raises:
+        ValueError: if the two layers differ in ``n_embd``, ``n_head`` or in having biases.
+    """
+    if (src.n_embd, src.n_head) != (dst.n_embd, dst.n_head):
+        raise ValueError(
+            f"shapes differ: source has n_embd={src.n_embd}, n_head={src.n_head}; "
+            f"destination has n_embd={dst.n_embd}, n_head={dst.n_head}"
+        )
+    _same_bias("c_attn", src.heads[0].query.bias, dst.c_attn.bias)
+    _same_bias("c_proj", src.proj.bias, dst.c_proj.bias)
+    for block, name in enumerate(("query", "key", "value")):
+        layers = [getattr(head, name) for head in src.heads]
+        rows = slice(block * src.n_embd, (block + 1) * src.n_embd)
+        dst.c_attn.weight[rows] = torch.cat([layer.weight for layer in layers], dim=0)
+        if dst.c_attn.bias is not None:
+            dst.c_attn.bias[rows] = torch.cat([layer.bias for layer in layers], dim=0)
+    dst.c_proj.weight.copy_(src.proj.weight)
+    if dst.c_proj.bias is not None:
+        dst.c_proj.bias.copy_(src.proj.bias)
+
+
+@torch.no_grad()
+def copy_fused_to_torch(src: MultiHeadAttention, dst: nn.MultiheadAttention) -> None:
+    """Copy the fused layer's weights into PyTorch's ``nn.MultiheadAttention``, in place.
+
+    The layouts already agree: ``in_proj_weight`` is ``[W_q; W_k; W_v]`` like ``c_attn.weight``,
+    and ``out_proj`` plays the role of ``c_proj``. Build ``dst`` with ``batch_first=True`` to
+    feed it the book's ``(B, T, C)`` tensors.
+
+    Raises:
+        ValueError: if the sizes, the number of heads or the presence of biases differ, or if
+            ``dst`` was built with separate key/value sizes (``kdim``/``vdim``).
+    """
+    if (dst.embed_dim, dst.num_heads) != (src.n_embd, src.n_head):
+        raise ValueError(
+            f"shapes differ: source has n_embd={src.n_embd}, n_head={src.n_head}; "
+            f"destination has embed_dim={dst.embed_dim}, num_heads={dst.num_heads}"
+        )
+    if dst.in_proj_weight is None:
+        raise ValueError("the destination has separate q/k/v projections (kdim or vdim != embed_dim)")
+    if dst.bias_k is not None or dst.bias_v is not None:
+        raise ValueError("the destination has add_bias_kv=True, which the book's layer has no counterpart for")
+    _same_bias("in_proj", src.c_attn.bias, dst.in_proj_bias)
+    _same_bias("out_proj", src.c_proj.bias, dst.out_proj.bias)
+    dst.in_proj_weight.copy_(src.c_attn.weight)
+    if dst.in_proj_bias is not None:
+        dst.in_proj_bias.copy_(src.c_attn.bias)
+    dst.out_proj.weight.copy_(src.c_proj.weight)
+    if dst.out_proj.bias is not None:
+        dst.out_proj.bias.copy_(src.c_proj.bias)
