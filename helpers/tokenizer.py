@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import operator
+from collections import Counter
 from collections.abc import Iterable, Sequence
 
 import torch
@@ -20,10 +22,12 @@ class CharTokenizer:
         chars = list(chars)
         if not chars:
             raise ValueError("the vocabulary is empty")
-        if any(not isinstance(c, str) or len(c) != 1 for c in chars):
-            raise ValueError("every vocabulary entry must be a single character")
+        bad = [c for c in chars if not isinstance(c, str) or len(c) != 1]
+        if bad:
+            raise ValueError(f"every vocabulary entry must be a single character, got {bad[0]!r}")
         if len(set(chars)) != len(chars):
-            raise ValueError("the vocabulary has duplicate characters")
+            dupes = sorted(c for c, n in Counter(chars).items() if n > 1)
+            raise ValueError(f"the vocabulary has duplicate characters: {dupes}")
         self.chars: list[str] = chars
         self.stoi: dict[str, int] = {c: i for i, c in enumerate(chars)}
 
@@ -34,14 +38,18 @@ class CharTokenizer:
 
     @property
     def vocab_size(self) -> int:
+        """The number of tokens (distinct characters)."""
         return len(self.chars)
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text``.
 
         Raises:
+            TypeError: ``text`` is not a string.
             ValueError: naming the first character that is not in the vocabulary.
         """
+        if not isinstance(text, str):
+            raise TypeError(f"encode takes a string, got {type(text).__name__}")
         try:
             return [self.stoi[c] for c in text]
         except KeyError as err:
@@ -53,13 +61,24 @@ class CharTokenizer:
             ) from None
 
     def decode(self, ids: Iterable[int] | torch.Tensor) -> str:
-        """The text of token ids (a list or a 1-D tensor)."""
+        """The text of token ids (a list or a 1-D integer tensor).
+
+        Raises:
+            ValueError: a tensor that is not 1-D or not integer, an id that is not an integer, or
+                an id outside ``0..vocab_size - 1``.
+        """
         if isinstance(ids, torch.Tensor):
             if ids.dim() != 1:
                 raise ValueError(f"decode takes a 1-D sequence of ids, got shape {tuple(ids.shape)}")
+            if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+                raise ValueError(f"decode takes integer token ids, got a {ids.dtype} tensor")
             ids = ids.tolist()
         out = []
-        for i in ids:
+        for item in ids:
+            # Python and NumPy integers have __index__; floats, strings and bools are refused.
+            if isinstance(item, bool) or not hasattr(item, "__index__"):
+                raise ValueError(f"token ids must be integers, got {item!r}")
+            i = operator.index(item)
             if not 0 <= i < self.vocab_size:
                 raise ValueError(f"token id {i} is outside the vocabulary (0..{self.vocab_size - 1})")
             out.append(self.chars[i])

@@ -33,8 +33,12 @@ def get_batch(
     """Sample ``batch_size`` random windows of ``block_size`` tokens.
 
     Returns ``(x, y)``, both ``(B, T)``, where ``y`` is ``x`` shifted left by one: at every
-    position the target is the next token.
+    position the target is the next token. Window starts are uniform over every position that
+    leaves room for the shifted target (``0 .. len(data) - block_size - 1``); pass a seeded
+    ``generator`` for reproducible batches that leave the global random stream alone.
     """
+    if data.dim() != 1:
+        raise ValueError(f"expected a 1-D tensor of token ids, got shape {tuple(data.shape)}")
     if block_size <= 0 or batch_size <= 0:
         raise ValueError(f"block_size and batch_size must be positive, got {block_size}, {batch_size}")
     if len(data) <= block_size:
@@ -63,23 +67,39 @@ def estimate_loss(
     batches (estimates are comparable across training) and the caller's random stream is untouched.
     ``model(x, y)`` must return ``(logits, loss)``.
     """
+    if eval_iters <= 0:
+        raise ValueError(f"eval_iters must be positive, got {eval_iters}")
+    if not splits:
+        raise ValueError("splits is empty: pass e.g. {'train': train_data, 'val': val_data}")
     was_training = model.training
     model.eval()
     out = {}
-    for name, data in splits.items():
-        g = torch.Generator().manual_seed(seed)
-        losses = torch.empty(eval_iters)
-        for i in range(eval_iters):
-            x, y = get_batch(data, block_size, batch_size, generator=g, device=device)
-            _, loss = model(x, y)
-            losses[i] = loss.item()
-        out[name] = losses.mean().item()
-    model.train(was_training)
+    try:
+        for name, data in splits.items():
+            g = torch.Generator().manual_seed(seed)
+            losses = torch.empty(eval_iters)
+            for i in range(eval_iters):
+                x, y = get_batch(data, block_size, batch_size, generator=g, device=device)
+                _, loss = model(x, y)
+                losses[i] = loss.item()
+            out[name] = losses.mean().item()
+    finally:
+        model.train(was_training)
     return out
 
 
 def cosine_lr(step: int, *, max_lr: float, warmup_steps: int, total_steps: int, min_lr: float = 0.0) -> float:
-    """Linear warm-up to ``max_lr`` over ``warmup_steps``, then cosine decay to ``min_lr`` at ``total_steps``."""
+    """Linear warm-up to ``max_lr`` over ``warmup_steps``, then cosine decay to ``min_lr`` at ``total_steps``.
+
+    Step ``s < warmup_steps`` gets ``max_lr * (s + 1) / warmup_steps`` (so the last warm-up step and
+    step ``warmup_steps`` both get ``max_lr``); from ``total_steps`` on the rate stays at ``min_lr``.
+    """
+    if step < 0:
+        raise ValueError(f"step must be >= 0, got {step}")
+    if warmup_steps < 0 or total_steps < 0:
+        raise ValueError(f"warmup_steps and total_steps must be >= 0, got {warmup_steps}, {total_steps}")
+    if not 0.0 <= min_lr <= max_lr:
+        raise ValueError(f"need 0 <= min_lr <= max_lr, got min_lr={min_lr}, max_lr={max_lr}")
     if step < warmup_steps:
         return max_lr * (step + 1) / warmup_steps
     if step >= total_steps:
@@ -104,6 +124,17 @@ class TrainConfig:
     eval_iters: int = 20
     seed: int = 1337
     max_seconds: float | None = None  # stop early after this wall-clock budget (benchmarks)
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "block_size", "eval_interval", "eval_iters"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        if self.max_iters < 0 or self.warmup_iters < 0:
+            raise ValueError(f"max_iters and warmup_iters must be >= 0, got {self.max_iters}, {self.warmup_iters}")
+        if not 0.0 <= self.min_lr <= self.max_lr:
+            raise ValueError(f"need 0 <= min_lr <= max_lr, got min_lr={self.min_lr}, max_lr={self.max_lr}")
+        if self.max_seconds is not None and self.max_seconds <= 0:
+            raise ValueError(f"max_seconds must be positive or None, got {self.max_seconds}")
 
 
 @dataclass
@@ -146,7 +177,7 @@ def train(
 
     model.train()
     start = time.perf_counter()
-    step = 0
+    done = 0
     for step in range(config.max_iters):
         if step % config.eval_interval == 0:
             evaluate(step)
@@ -161,11 +192,12 @@ def train(
         if config.grad_clip > 0:
             nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
         optimizer.step()
+        done = step + 1
         if progress is not None:
             progress(1)
         if config.max_seconds is not None and time.perf_counter() - start > config.max_seconds:
             break
-    history.iters_done = step + 1
+    history.iters_done = done
     history.seconds = time.perf_counter() - start
     evaluate(history.iters_done)
     return history
