@@ -1,0 +1,137 @@
+"""The key/value cache: incremental decoding gives the same logits and tokens as recomputing."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.testing import assert_close
+
+from helpers.model import GPT, GPTConfig
+from helpers.multihead import KVCache, MultiHeadAttention
+
+CONFIG = GPTConfig(vocab_size=31, block_size=24, n_layer=2, n_head=4, n_embd=32)
+
+
+def make_model(seed: int, config: GPTConfig = CONFIG) -> GPT:
+    torch.manual_seed(seed)
+    return GPT(config).eval()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("use_sdpa", [True, False])
+def test_one_layer_token_by_token_equals_full_pass(seed: int, use_sdpa: bool) -> None:
+    torch.manual_seed(seed)
+    layer = MultiHeadAttention(32, 4, causal=True, use_sdpa=use_sdpa).eval()
+    x = torch.randn(2, 11, 32)
+    full = layer(x)
+    cache = KVCache()
+    steps = []
+    for t in range(x.shape[1]):
+        steps.append(layer(x[:, t : t + 1], kv_cache=cache))
+        assert len(cache) == t + 1
+        assert cache.k.shape == cache.v.shape == (2, 4, t + 1, 8)
+    assert_close(torch.cat(steps, dim=1), full)
+
+
+@pytest.mark.parametrize("chunks", [(4, 3, 4), (1, 9, 1), (10, 1)])
+def test_one_layer_in_chunks_equals_full_pass(chunks: tuple[int, ...]) -> None:
+    """Several new tokens at once after a non-empty cache need the offset causal mask."""
+    torch.manual_seed(3)
+    layer = MultiHeadAttention(32, 4, causal=True).eval()
+    x = torch.randn(1, sum(chunks), 32)
+    cache, outs, start = KVCache(), [], 0
+    for size in chunks:
+        outs.append(layer(x[:, start : start + size], kv_cache=cache))
+        start += size
+    assert len(cache) == sum(chunks)
+    assert_close(torch.cat(outs, dim=1), layer(x))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("prompt_len", [1, 5, 17])
+def test_gpt_cached_logits_equal_uncached_step_by_step(seed: int, prompt_len: int) -> None:
+    model = make_model(seed)
+    g = torch.Generator().manual_seed(seed)
+    idx = torch.randint(CONFIG.vocab_size, (2, CONFIG.block_size), generator=g)
+    caches = [KVCache() for _ in model.blocks]
+    with torch.no_grad():
+        logits, _ = model(idx[:, :prompt_len], kv_caches=caches)  # prefill
+        assert_close(logits, model(idx[:, :prompt_len])[0])
+        for t in range(prompt_len, CONFIG.block_size):
+            step, _ = model(idx[:, t : t + 1], kv_caches=caches)
+            assert all(len(c) == t + 1 for c in caches)
+            full, _ = model(idx[:, : t + 1])
+            assert_close(step[:, -1], full[:, -1])
+
+
+def test_gpt_refuses_to_grow_the_cache_past_block_size() -> None:
+    model = make_model(0)
+    caches = [KVCache() for _ in model.blocks]
+    idx = torch.zeros(1, CONFIG.block_size, dtype=torch.long)
+    with torch.no_grad():
+        model(idx, kv_caches=caches)
+        with pytest.raises(ValueError, match="context of 25 tokens is longer than block_size=24"):
+            model(idx[:, :1], kv_caches=caches)
+        with pytest.raises(ValueError, match=r"need one KVCache per layer \(2\), got 1"):
+            model(idx[:, :1], kv_caches=[KVCache()])
+
+
+def record_last_logits(model: GPT) -> tuple[list[torch.Tensor], torch.utils.hooks.RemovableHandle]:
+    """Collect the last-position logits of every forward call generate() makes."""
+    seen: list[torch.Tensor] = []
+    handle = model.register_forward_hook(lambda _m, _args, out: seen.append(out[0][:, -1].clone()))
+    return seen, handle
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("prompt_len", [3, 20, 24, 30])
+def test_generate_logits_equal_with_and_without_cache_past_block_size(seed: int, prompt_len: int) -> None:
+    """40 new tokens cross block_size=24 (or start beyond it): the cache must be rebuilt."""
+    model = make_model(seed)
+    prompt = torch.randint(CONFIG.vocab_size, (2, prompt_len), generator=torch.Generator().manual_seed(seed))
+    runs = {}
+    for use_cache in (False, True):
+        seen, handle = record_last_logits(model)
+        out = model.generate(prompt, 40, top_k=1, use_cache=use_cache)  # greedy: no randomness
+        handle.remove()
+        runs[use_cache] = (out, seen)
+    assert torch.equal(runs[False][0], runs[True][0])
+    assert len(runs[False][1]) == len(runs[True][1]) == 40
+    for uncached, cached in zip(runs[False][1], runs[True][1]):
+        assert_close(cached, uncached)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize(("temperature", "top_k"), [(1.0, None), (0.7, 5), (1.5, 20)])
+def test_sampled_tokens_identical_under_the_same_seed(seed: int, temperature: float, top_k: int | None) -> None:
+    model = make_model(seed)
+    prompt = torch.randint(CONFIG.vocab_size, (3, 6), generator=torch.Generator().manual_seed(seed))
+    outs = [
+        model.generate(
+            prompt, 50, temperature=temperature, top_k=top_k, use_cache=use_cache,
+            generator=torch.Generator().manual_seed(100 + seed),
+        )
+        for use_cache in (False, True)
+    ]
+    assert outs[0].shape == (3, 56)
+    assert torch.equal(outs[0], outs[1])
+    assert torch.equal(outs[0][:, :6], prompt)
+
+
+def test_generate_uses_the_cache_while_the_text_fits() -> None:
+    """With a cache, each step after the prefill feeds one token; past block_size the window is rebuilt."""
+    model = make_model(0)
+    lengths: list[int] = []
+    handle = model.register_forward_pre_hook(lambda _m, args: lengths.append(args[0].shape[1]))
+    model.generate(torch.zeros(1, 20, dtype=torch.long), 8, use_cache=True)
+    handle.remove()
+    # prefill 20, then 1 token per step until the text holds 24 tokens, then full windows of 24.
+    assert lengths == [20, 1, 1, 1, 1, 24, 24, 24]
+
+
+def test_generate_restores_training_mode_and_checks_arguments() -> None:
+    model = make_model(0).train()
+    model.generate(torch.zeros(1, 2, dtype=torch.long), 3, use_cache=True)
+    assert model.training
+    with pytest.raises(ValueError, match="top_k must be in 1..31"):
+        model.generate(torch.zeros(1, 2, dtype=torch.long), 3, top_k=0, use_cache=True)
