@@ -8,20 +8,26 @@ Attention is counted densely, all ``T x T`` query-key pairs, since that is what 
 implementations compute before the causal mask throws half of it away.
 
 The measurement tools give robust numbers on a busy machine: ``median_time`` (median of several
-runs after a warm-up) and ``TensorMemoryTracker`` / ``peak_tensor_bytes``, a deterministic count
-of the bytes of tensors alive at once during a call.
+runs after a warm-up), ``TensorMemoryTracker`` / ``peak_tensor_bytes`` (a deterministic count of
+the bytes of tensors alive at once during a call), ``profile_ops`` (``torch.profiler``'s
+per-operator table, without its log lines) and ``loglog_slope`` (the exponent of a power law).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import statistics
+import sys
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
+from torch.autograd.profiler_util import EventList
+from torch.profiler import ProfilerActivity, profile
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
@@ -116,26 +122,70 @@ def flops_per_new_token(config: GPTConfig, T: int, *, use_cache: bool) -> int:
     return 2 * (12 * L * C * C + V * C) + 4 * L * T * C
 
 
-def median_time(fn: Callable[[], Any], *, repeats: int = 5, warmup: int = 1) -> float:
-    """Median wall-clock seconds of ``fn()`` over ``repeats`` runs, after ``warmup`` unmeasured runs.
+def median_time(
+    fn: Callable[[], Any],
+    *,
+    repeats: int = 5,
+    warmup: int = 1,
+    min_seconds: float = 0.0,
+    max_repeats: int = 1000,
+) -> float:
+    """Median wall-clock seconds of ``fn()``, after ``warmup`` unmeasured runs.
 
-    The median ignores the occasional run slowed down by another process, which a mean would not.
+    ``fn`` runs at least ``repeats`` times, and more (up to ``max_repeats``) until the measured
+    runs add up to ``min_seconds``: a fast call is then timed hundreds of times, a slow one only
+    ``repeats`` times. The median ignores the occasional run slowed down by another process, which
+    a mean would not.
 
     Raises:
-        ValueError: if ``repeats < 1`` or ``warmup < 0``.
+        ValueError: if ``repeats < 1``, ``warmup < 0``, ``min_seconds < 0`` or
+            ``max_repeats < repeats``.
     """
     if repeats < 1:
         raise ValueError(f"repeats must be at least 1, got {repeats}")
     if warmup < 0:
         raise ValueError(f"warmup must be >= 0, got {warmup}")
+    if min_seconds < 0:
+        raise ValueError(f"min_seconds must be >= 0, got {min_seconds}")
+    if max_repeats < repeats:
+        raise ValueError(f"max_repeats ({max_repeats}) must be at least repeats ({repeats})")
     for _ in range(warmup):
         fn()
-    times = []
-    for _ in range(repeats):
+    times: list[float] = []
+    while len(times) < repeats or (sum(times) < min_seconds and len(times) < max_repeats):
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
+
+
+@contextlib.contextmanager
+def _silenced_stderr() -> Iterator[None]:
+    """Send the process's file descriptor 2 to ``/dev/null`` (C++ log lines, not just Python's)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+def profile_ops(fn: Callable[[], Any], *, quiet: bool = True) -> EventList:
+    """Run ``fn()`` once under ``torch.profiler`` (CPU activity) and return the per-operator totals.
+
+    The result is ``prof.key_averages()``: print it with ``.table(sort_by="self_cpu_time_total")``
+    or read each operator's ``key`` and ``self_cpu_time_total`` (microseconds). With ``quiet``, the
+    profiler's own C++ log lines (timestamped ``profiler_start``/``profiler_stop`` messages that
+    some PyTorch builds print to stderr) are discarded.
+    """
+    with _silenced_stderr() if quiet else contextlib.nullcontext():
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            fn()
+    return prof.key_averages()
 
 
 class TensorMemoryTracker(TorchDispatchMode):

@@ -17,6 +17,7 @@ from helpers.cost import (
     median_time,
     param_count,
     peak_tensor_bytes,
+    profile_ops,
 )
 from helpers.model import GPT, GPTConfig
 from helpers.multihead import KVCache
@@ -126,6 +127,29 @@ def test_median_time_runs_warmup_and_repeats_and_ignores_outliers() -> None:
         median_time(lambda: None, repeats=0)
     with pytest.raises(ValueError, match="warmup must be >= 0"):
         median_time(lambda: None, warmup=-1)
+    with pytest.raises(ValueError, match="min_seconds must be >= 0"):
+        median_time(lambda: None, min_seconds=-1.0)
+    with pytest.raises(ValueError, match=r"max_repeats \(2\) must be at least repeats \(3\)"):
+        median_time(lambda: None, repeats=3, max_repeats=2)
+
+
+def test_median_time_repeats_fast_calls_until_min_seconds() -> None:
+    calls = []
+    median_time(lambda: calls.append(1), repeats=2, warmup=0, min_seconds=10.0, max_repeats=50)
+    assert len(calls) == 50  # capped: 50 no-ops never add up to 10 seconds
+    calls.clear()
+    median_time(lambda: calls.append(1), repeats=7, warmup=0, min_seconds=0.0)
+    assert len(calls) == 7
+
+
+def test_profile_ops_reports_the_matmul_and_prints_nothing(capfd: pytest.CaptureFixture[str]) -> None:
+    a = torch.randn(200, 200)
+    ops = profile_ops(lambda: a @ a)
+    self_time = {e.key: e.self_cpu_time_total for e in ops}
+    assert "aten::mm" in self_time and self_time["aten::mm"] > 0
+    assert max(self_time, key=self_time.get) == "aten::mm"
+    out, err = capfd.readouterr()
+    assert out == "" and "profiler_start" not in err
 
 
 def test_memory_tracker_counts_new_storage_once() -> None:
