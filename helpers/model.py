@@ -8,6 +8,7 @@ PyTorch's fused ``F.scaled_dot_product_attention`` for speed.
 from __future__ import annotations
 
 import math
+import pickle
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -22,10 +23,11 @@ from helpers.tokenizer import CharTokenizer
 
 @dataclass
 class GPTConfig:
-    """The model's size. Defaults are the configuration the book trains on a CPU."""
+    """The model's size. The defaults are the configuration the book trains on a CPU (the model of
+    nanoGPT's CPU recipe; ``bench/README.md`` records how it was chosen)."""
 
     vocab_size: int = 65
-    block_size: int = 128
+    block_size: int = 64
     n_layer: int = 4
     n_head: int = 4
     n_embd: int = 128
@@ -135,7 +137,8 @@ class GPT(nn.Module):
             ``(logits, loss)``: logits ``(B, T, vocab_size)``; loss ``None`` without targets.
 
         Raises:
-            ValueError: on a context longer than ``block_size`` or ids outside the vocabulary.
+            ValueError: on a context longer than ``block_size``, ids outside the vocabulary, or
+                targets whose shape differs from ``idx``.
         """
         if idx.dim() != 2:
             raise ValueError(f"idx must be (B, T) token ids, got shape {tuple(idx.shape)}")
@@ -146,8 +149,13 @@ class GPT(nn.Module):
                 f"context of {offset + T} tokens is longer than block_size={self.config.block_size}; "
                 f"crop it to the last {self.config.block_size} tokens (generate() does this)"
             )
-        if idx.numel() and (idx.min() < 0 or idx.max() >= self.config.vocab_size):
-            raise ValueError(f"token ids must be in 0..{self.config.vocab_size - 1}")
+        outside = (idx < 0) | (idx >= self.config.vocab_size)
+        if outside.any():
+            raise ValueError(
+                f"token ids must be in 0..{self.config.vocab_size - 1}, got {int(idx[outside][0])}"
+            )
+        if targets is not None and targets.shape != idx.shape:
+            raise ValueError(f"targets must have the shape of idx {tuple(idx.shape)}, got {tuple(targets.shape)}")
         if kv_caches is not None and len(kv_caches) != len(self.blocks):
             raise ValueError(f"need one KVCache per layer ({len(self.blocks)}), got {len(kv_caches)}")
 
@@ -225,6 +233,10 @@ def load_checkpoint(path: str | Path, *, map_location: str | torch.device = "cpu
         model = GPT(GPTConfig(**ckpt["config"]))
         model.load_state_dict(ckpt["state_dict"])
         tokenizer = CharTokenizer(ckpt["chars"])
-    except (KeyError, TypeError, RuntimeError) as err:
-        raise ValueError(f"{path} is not a checkpoint written by save_checkpoint: {err}") from err
+    except FileNotFoundError:
+        raise
+    except (KeyError, TypeError, ValueError, RuntimeError, EOFError, OSError, pickle.UnpicklingError) as err:
+        raise ValueError(
+            f"{path} is not a checkpoint written by save_checkpoint ({type(err).__name__}: {err})"
+        ) from err
     return model, tokenizer

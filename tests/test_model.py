@@ -1,0 +1,334 @@
+"""The GPT model: shapes, causality, clear errors, it learns, checkpoints, and sampling."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.testing import assert_close
+
+from helpers.model import GPT, FeedForward, GPTConfig, load_checkpoint, save_checkpoint
+from helpers.tokenizer import CharTokenizer
+
+SMALL = GPTConfig(vocab_size=29, block_size=16, n_layer=2, n_head=4, n_embd=32)
+VOCAB = CharTokenizer("abcdefghijklmnopqrstuvwxyz .,")  # 29 characters
+
+
+def make_model(seed: int, config: GPTConfig = SMALL) -> GPT:
+    torch.manual_seed(seed)
+    return GPT(config).eval()
+
+
+def random_ids(seed: int, B: int, T: int, vocab_size: int = SMALL.vocab_size) -> torch.Tensor:
+    return torch.randint(vocab_size, (B, T), generator=torch.Generator().manual_seed(seed))
+
+
+# ---------------------------------------------------------------------------- configuration
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"vocab_size": 0}, "vocab_size must be positive, got 0"),
+        ({"block_size": -1}, "block_size must be positive, got -1"),
+        ({"n_layer": 0}, "n_layer must be positive, got 0"),
+        ({"n_head": 0}, "n_head must be positive, got 0"),
+        ({"n_embd": 0}, "n_embd must be positive, got 0"),
+        ({"n_embd": 30, "n_head": 4}, "n_embd=30 is not divisible by n_head=4"),
+        ({"dropout": 1.0}, r"dropout must be in \[0, 1\), got 1.0"),
+        ({"dropout": -0.1}, r"dropout must be in \[0, 1\), got -0.1"),
+    ],
+)
+def test_config_rejects_bad_values(kwargs: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        GPTConfig(**kwargs)
+
+
+def test_default_config_builds_the_book_model() -> None:
+    config = GPTConfig()
+    model = GPT(config)
+    assert config.vocab_size == 65
+    # Per layer: 4 C^2 (attention) + 8 C^2 (feed-forward) + 2 C (LayerNorm gains); plus the tied
+    # token embedding / LM head, the final LayerNorm and the position embeddings.
+    C, L = config.n_embd, config.n_layer
+    expected = L * (12 * C * C + 2 * C) + config.vocab_size * C + C + config.block_size * C
+    assert model.num_params(non_embedding=False) == expected
+    assert model.num_params() == expected - config.block_size * C
+
+
+# ---------------------------------------------------------------------------- forward
+
+
+@pytest.mark.parametrize(("B", "T"), [(1, 1), (3, 7), (2, 16)])
+def test_output_shapes(B: int, T: int) -> None:
+    model = make_model(0)
+    idx = random_ids(1, B, T)
+    logits, loss = model(idx)
+    assert logits.shape == (B, T, SMALL.vocab_size)
+    assert loss is None
+    logits2, loss = model(idx, random_ids(2, B, T))
+    assert_close(logits2, logits)
+    assert loss is not None and loss.shape == ()
+
+
+def test_loss_is_the_mean_cross_entropy() -> None:
+    model = make_model(0)
+    idx, targets = random_ids(1, 3, 9), random_ids(2, 3, 9)
+    logits, loss = model(idx, targets)
+    expected = F.cross_entropy(logits.reshape(-1, SMALL.vocab_size), targets.reshape(-1))
+    assert_close(loss, expected)
+
+
+def test_initial_loss_is_close_to_uniform_guessing() -> None:
+    """GPT-2 initialisation makes the first logits small: the loss starts near ln(vocab_size)."""
+    model = make_model(0)
+    _, loss = model(random_ids(1, 8, 16), random_ids(2, 8, 16))
+    assert abs(loss.item() - math.log(SMALL.vocab_size)) < 0.1
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_future_tokens_do_not_change_past_logits(seed: int) -> None:
+    model = make_model(seed)
+    idx = random_ids(seed, 2, 16)
+    t = 9  # change every token after position t
+    changed = idx.clone()
+    changed[:, t + 1 :] = (changed[:, t + 1 :] + 1 + random_ids(seed + 10, 2, 6) % 28) % SMALL.vocab_size
+    assert (changed[:, t + 1 :] != idx[:, t + 1 :]).all()
+    before, _ = model(idx)
+    after, _ = model(changed)
+    assert_close(after[:, : t + 1], before[:, : t + 1])
+    # ...and the changed tokens do change the logits from position t + 1 on.
+    assert (after[:, t + 1 :] - before[:, t + 1 :]).abs().amax() > 1e-3
+
+
+def test_past_tokens_do_change_later_logits() -> None:
+    """The converse: without attention to the past, position 10 would ignore position 0."""
+    model = make_model(0)
+    idx = random_ids(3, 1, 12)
+    changed = idx.clone()
+    changed[0, 0] = (idx[0, 0] + 1) % SMALL.vocab_size
+    before, _ = model(idx)
+    after, _ = model(changed)
+    assert (after[0, 10] - before[0, 10]).abs().amax() > 1e-4
+
+
+def test_context_longer_than_block_size_raises() -> None:
+    model = make_model(0)
+    with pytest.raises(ValueError, match=r"context of 17 tokens is longer than block_size=16; crop it"):
+        model(random_ids(0, 1, 17))
+
+
+@pytest.mark.parametrize("bad", [-1, SMALL.vocab_size, 1000])
+def test_ids_outside_the_vocabulary_raise(bad: int) -> None:
+    model = make_model(0)
+    idx = random_ids(0, 2, 5)
+    idx[1, 3] = bad
+    with pytest.raises(ValueError, match=re.escape(f"token ids must be in 0..{SMALL.vocab_size - 1}, got {bad}")):
+        model(idx)
+
+
+def test_idx_must_be_two_dimensional() -> None:
+    with pytest.raises(ValueError, match=r"idx must be \(B, T\) token ids, got shape \(5,\)"):
+        make_model(0)(torch.zeros(5, dtype=torch.long))
+
+
+def test_targets_must_match_idx() -> None:
+    with pytest.raises(ValueError, match=r"targets must have the shape of idx \(2, 5\), got \(2, 4\)"):
+        make_model(0)(random_ids(0, 2, 5), random_ids(0, 2, 4))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_fused_attention_equals_the_explicit_path(seed: int) -> None:
+    """need_weights=True runs the book's explicit softmax(QK^T/sqrt(d))V; the default runs
+    F.scaled_dot_product_attention. Same model, same logits."""
+    model = make_model(seed)
+    idx = random_ids(seed, 3, 16)
+    fused, _ = model(idx)
+    assert all(block.attn.last_weights is None for block in model.blocks)
+    explicit, _ = model(idx, need_weights=True)
+    assert_close(explicit, fused, atol=1e-5, rtol=1e-5)
+    for block in model.blocks:
+        w = block.attn.last_weights
+        assert w is not None and w.shape == (3, SMALL.n_head, 16, 16)
+        assert_close(w.sum(-1), torch.ones(3, SMALL.n_head, 16))
+        assert (w.triu(diagonal=1) == 0).all()  # causal: no weight on future keys
+
+
+def test_weights_are_tied_and_initialised_like_gpt2() -> None:
+    config = GPTConfig(vocab_size=65, block_size=32, n_layer=8, n_head=4, n_embd=128)
+    model = make_model(0, config)
+    assert model.lm_head.weight is model.tok_emb.weight
+    std_proj = 0.02 / math.sqrt(2 * config.n_layer)
+    for block in model.blocks:
+        assert abs(block.attn.c_proj.weight.std().item() - std_proj) < 0.1 * std_proj
+        assert abs(block.mlp.c_proj.weight.std().item() - std_proj) < 0.1 * std_proj
+        assert abs(block.mlp.c_fc.weight.std().item() - 0.02) < 0.002
+    assert abs(model.tok_emb.weight.std().item() - 0.02) < 0.002
+
+
+def test_feed_forward_acts_on_each_position_alone() -> None:
+    torch.manual_seed(0)
+    ff = FeedForward(SMALL).eval()
+    x = torch.randn(2, 7, SMALL.n_embd)
+    out = ff(x)
+    for t in range(7):
+        assert_close(ff(x[:, t : t + 1]), out[:, t : t + 1])
+
+
+# ---------------------------------------------------------------------------- learning
+
+
+def test_overfits_one_batch() -> None:
+    torch.manual_seed(0)
+    model = GPT(SMALL)
+    idx, targets = random_ids(5, 4, 16), random_ids(6, 4, 16)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    _, first = model(idx, targets)
+    for _ in range(150):
+        _, loss = model(idx, targets)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    # Random targets: memorising them is the only way down. From ln(29) ~ 3.37 to well below 1.
+    assert first.item() > 3.2
+    assert loss.item() < 0.5
+
+
+def test_dropout_is_active_in_training_and_off_in_eval() -> None:
+    config = GPTConfig(vocab_size=29, block_size=16, n_layer=2, n_head=4, n_embd=32, dropout=0.3)
+    model = make_model(0, config)
+    idx = random_ids(0, 2, 16)
+    assert_close(model(idx)[0], model(idx)[0])  # eval: deterministic
+    model.train()
+    assert not torch.equal(model(idx)[0], model(idx)[0])
+
+
+# ---------------------------------------------------------------------------- generation
+
+
+def test_generate_appends_tokens_and_crops_the_context() -> None:
+    model = make_model(0)
+    start = random_ids(0, 2, 3)
+    out = model.generate(start, 40, generator=torch.Generator().manual_seed(0))
+    assert out.shape == (2, 43)  # 43 > block_size: the context had to be cropped
+    assert torch.equal(out[:, :3], start)
+    assert 0 <= out.min() and out.max() < SMALL.vocab_size
+
+
+def test_generate_uses_only_the_last_block_size_tokens() -> None:
+    """Two prompts that differ only before the last block_size tokens sample the same next token."""
+    model = make_model(1)
+    long_a = random_ids(1, 1, 40)
+    long_b = long_a.clone()
+    long_b[0, :24] = random_ids(2, 1, 24)
+    a = model.generate(long_a, 1, generator=torch.Generator().manual_seed(7))
+    b = model.generate(long_b, 1, generator=torch.Generator().manual_seed(7))
+    assert torch.equal(a[:, -1], b[:, -1])
+    # A prompt longer than block_size on its own would raise in forward:
+    with pytest.raises(ValueError, match="longer than block_size"):
+        model(long_a)
+
+
+def test_top_k_one_is_greedy_decoding() -> None:
+    model = make_model(2)
+    idx = random_ids(3, 2, 5)
+    out = model.generate(idx, 12, top_k=1, generator=torch.Generator().manual_seed(0))
+    greedy = idx
+    for _ in range(12):
+        logits, _ = model(greedy[:, -SMALL.block_size :])
+        greedy = torch.cat([greedy, logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+    assert torch.equal(out, greedy)
+
+
+def test_low_temperature_approaches_greedy_and_top_k_restricts_the_choice() -> None:
+    model = make_model(3)
+    idx = random_ids(4, 64, 4)
+    logits, _ = model(idx)
+    top3 = logits[:, -1].topk(3).indices
+    out = model.generate(idx, 1, top_k=3, temperature=2.0, generator=torch.Generator().manual_seed(0))
+    assert (out[:, -1:] == top3).any(dim=1).all()
+    cold = model.generate(idx, 1, temperature=1e-4, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(cold[:, -1], logits[:, -1].argmax(-1))
+
+
+def test_generate_with_cache_matches_without() -> None:
+    model = make_model(4)
+    idx = random_ids(5, 2, 3)
+    a = model.generate(idx, 30, generator=torch.Generator().manual_seed(1))
+    b = model.generate(idx, 30, use_cache=True, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(a, b)
+
+
+def test_generate_restores_training_mode() -> None:
+    model = make_model(0).train()
+    model.generate(random_ids(0, 1, 2), 2)
+    assert model.training
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"max_new_tokens": -1}, "max_new_tokens must be >= 0, got -1"),
+        ({"temperature": 0.0}, "temperature must be positive, got 0.0"),
+        ({"top_k": 0}, r"top_k must be in 1\.\.29, got 0"),
+        ({"top_k": 30}, r"top_k must be in 1\.\.29, got 30"),
+    ],
+)
+def test_generate_rejects_bad_arguments(kwargs: dict, message: str) -> None:
+    kwargs = {"max_new_tokens": 3, **kwargs}
+    with pytest.raises(ValueError, match=message):
+        make_model(0).generate(random_ids(0, 1, 2), **kwargs)
+
+
+# ---------------------------------------------------------------------------- checkpoints
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_checkpoint_round_trip_gives_identical_logits(tmp_path, seed: int) -> None:
+    model = make_model(seed)
+    path = tmp_path / "gpt.pt"
+    save_checkpoint(path, model, VOCAB)
+    loaded, tokenizer = load_checkpoint(path)
+    assert loaded.config == model.config
+    assert tokenizer.chars == VOCAB.chars
+    assert loaded.lm_head.weight is loaded.tok_emb.weight  # tying survives the round trip
+    idx = random_ids(seed, 2, 16)
+    assert torch.equal(loaded.eval()(idx)[0], model(idx)[0])
+
+
+def test_checkpoint_refuses_a_mismatched_tokenizer(tmp_path) -> None:
+    with pytest.raises(ValueError, match="tokenizer has 3 tokens but the model expects 29"):
+        save_checkpoint(tmp_path / "x.pt", make_model(0), CharTokenizer("abc"))
+
+
+@pytest.mark.parametrize(
+    "corrupt",
+    [
+        lambda good: good[: len(good) // 2],  # truncated download
+        lambda good: b"not a checkpoint at all",
+        lambda good: b"",
+    ],
+    ids=["truncated", "garbage", "empty"],
+)
+def test_corrupt_checkpoint_raises_a_clear_error(tmp_path, corrupt) -> None:
+    good = tmp_path / "good.pt"
+    save_checkpoint(good, make_model(0), VOCAB)
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(corrupt(good.read_bytes()))
+    with pytest.raises(ValueError, match=r"bad\.pt is not a checkpoint written by save_checkpoint"):
+        load_checkpoint(bad)
+
+
+def test_checkpoint_of_something_else_raises_a_clear_error(tmp_path) -> None:
+    path = tmp_path / "other.pt"
+    torch.save({"weights": torch.zeros(3)}, path)
+    with pytest.raises(ValueError, match=r"other\.pt is not a checkpoint written by save_checkpoint.*config"):
+        load_checkpoint(path)
+
+
+def test_missing_checkpoint_raises_file_not_found(tmp_path) -> None:
+    with pytest.raises(FileNotFoundError):
+        load_checkpoint(tmp_path / "nowhere.pt")
