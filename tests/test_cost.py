@@ -99,10 +99,10 @@ def test_cache_saves_flops_for_long_contexts() -> None:
 @pytest.mark.parametrize(
     ("call", "match"),
     [
-        (lambda: flops_breakdown(GPTConfig(), 0), r"T must be in 1\.\.block_size=128, got 0"),
-        (lambda: forward_flops(GPTConfig(), 129), r"T must be in 1\.\.block_size=128, got 129"),
+        (lambda: flops_breakdown(GPTConfig(block_size=128), 0), r"T must be in 1\.\.block_size=128, got 0"),
+        (lambda: forward_flops(GPTConfig(block_size=128), 129), r"T must be in 1\.\.block_size=128, got 129"),
         (lambda: forward_flops(GPTConfig(), 8, batch_size=0), "batch_size must be at least 1"),
-        (lambda: flops_per_new_token(GPTConfig(), 200, use_cache=True), "block_size=128"),
+        (lambda: flops_per_new_token(GPTConfig(block_size=128), 200, use_cache=True), "block_size=128"),
         (lambda: param_count({"n_embd": 4}), "expected a GPTConfig, got dict"),
     ],
 )
