@@ -123,7 +123,6 @@ class TrainConfig:
     eval_interval: int = 250
     eval_iters: int = 20
     seed: int = 1337
-    max_seconds: float | None = None  # stop early after this wall-clock budget (benchmarks)
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "block_size", "eval_interval", "eval_iters"):
@@ -133,8 +132,6 @@ class TrainConfig:
             raise ValueError(f"max_iters and warmup_iters must be >= 0, got {self.max_iters}, {self.warmup_iters}")
         if not 0.0 <= self.min_lr <= self.max_lr:
             raise ValueError(f"need 0 <= min_lr <= max_lr, got min_lr={self.min_lr}, max_lr={self.max_lr}")
-        if self.max_seconds is not None and self.max_seconds <= 0:
-            raise ValueError(f"max_seconds must be positive or None, got {self.max_seconds}")
 
 
 @dataclass
@@ -195,8 +192,6 @@ def train(
         done = step + 1
         if progress is not None:
             progress(1)
-        if config.max_seconds is not None and time.perf_counter() - start > config.max_seconds:
-            break
     history.iters_done = done
     history.seconds = time.perf_counter() - start
     evaluate(history.iters_done)
