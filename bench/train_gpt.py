@@ -31,18 +31,16 @@ Examples::
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 import time
 from dataclasses import dataclass, replace
 
 import torch
-from torch import nn
 
 from helpers.data import load_tinyshakespeare
 from helpers.model import GPT, GPTConfig
 from helpers.tokenizer import CharTokenizer
-from helpers.training import cosine_lr, estimate_loss, get_batch, make_adamw, train_val_split
+from helpers.training import cosine_lr, estimate_loss, get_batch, make_adamw, train_step, train_val_split
 
 
 @dataclass(frozen=True)
@@ -135,14 +133,8 @@ def train_recipe(
     while step < max_iters:
         lr = cosine_lr(step, max_lr=recipe.max_lr, warmup_steps=recipe.warmup_iters,
                        total_steps=max_iters, min_lr=recipe.min_lr)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
         x, y = get_batch(train_data, T, B, generator=g)
-        _, loss = model(x, y)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        nn.utils.clip_grad_norm_(model.parameters(), recipe.grad_clip)
-        optimizer.step()
+        loss = train_step(model, optimizer, x, y, lr=lr, grad_clip=recipe.grad_clip)
         step += 1
 
         elapsed = time.perf_counter() - start

@@ -145,6 +145,34 @@ class History:
     seconds: float = 0.0
 
 
+def train_step(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    *,
+    lr: float,
+    grad_clip: float,
+) -> torch.Tensor:
+    """One optimiser step on the batch ``(x, y)`` at learning rate ``lr``: forward, backward,
+    gradient clipping to norm ``grad_clip`` (0: none), update. Returns the batch's loss.
+
+    ``model(x, y)`` must return ``(logits, loss)``. :func:`train` and the benchmark
+    (``bench/train_gpt.py``) both take their steps through here, so they train identically.
+    """
+    if grad_clip < 0:
+        raise ValueError(f"grad_clip must be >= 0, got {grad_clip}")
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    _, loss = model(x, y)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if grad_clip > 0:
+        nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+    optimizer.step()
+    return loss
+
+
 def train(
     model: nn.Module,
     train_data: torch.Tensor,
@@ -180,15 +208,8 @@ def train(
             evaluate(step)
         lr = cosine_lr(step, max_lr=config.max_lr, warmup_steps=config.warmup_iters,
                        total_steps=config.max_iters, min_lr=config.min_lr)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
         x, y = get_batch(train_data, config.block_size, config.batch_size, generator=g, device=device)
-        _, loss = model(x, y)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if config.grad_clip > 0:
-            nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-        optimizer.step()
+        train_step(model, optimizer, x, y, lr=lr, grad_clip=config.grad_clip)
         done = step + 1
         if progress is not None:
             progress(1)

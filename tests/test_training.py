@@ -16,6 +16,7 @@ from helpers.training import (
     get_batch,
     make_adamw,
     train,
+    train_step,
     train_val_split,
 )
 
@@ -232,6 +233,50 @@ def test_train_is_reproducible() -> None:
         train(model, data[:300], data[300:], config)
         runs.append(model.token_embedding_table.weight.detach().clone())
     torch.testing.assert_close(runs[0], runs[1], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_train_step_is_the_textbook_step(seed: int) -> None:
+    torch.manual_seed(seed)
+    model = BigramLanguageModel(11)
+    manual = BigramLanguageModel(11)
+    manual.load_state_dict(model.state_dict())
+    opt = make_adamw(model, lr=1.0, weight_decay=0.1)
+    manual_opt = make_adamw(manual, lr=1.0, weight_decay=0.1)
+    x, y = get_batch(random_tokens(seed=seed), 8, 4, generator=torch.Generator().manual_seed(seed))
+
+    loss = train_step(model, opt, x, y, lr=0.05, grad_clip=0.5)
+
+    for group in manual_opt.param_groups:
+        group["lr"] = 0.05
+    _, manual_loss = manual(x, y)
+    manual_opt.zero_grad(set_to_none=True)
+    manual_loss.backward()
+    nn.utils.clip_grad_norm_(manual.parameters(), 0.5)
+    manual_opt.step()
+    torch.testing.assert_close(loss, manual_loss)
+    for p, q in zip(model.parameters(), manual.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=0, atol=0)
+    assert all(group["lr"] == 0.05 for group in opt.param_groups)
+
+
+@pytest.mark.parametrize("clip", [0.01, 0.1])
+def test_train_step_clips_the_gradient_norm(clip: float) -> None:
+    # With plain SGD at lr 1 the update is minus the (clipped) gradient, so its norm is the clip.
+    torch.manual_seed(0)
+    model = BigramLanguageModel(11)
+    before = [p.detach().clone() for p in model.parameters()]
+    x, y = get_batch(random_tokens(), 8, 4, generator=torch.Generator().manual_seed(0))
+    train_step(model, torch.optim.SGD(model.parameters(), lr=0.3), x, y, lr=1.0, grad_clip=clip)
+    step = torch.cat([(p - b).flatten() for p, b in zip(model.parameters(), before, strict=True)])
+    torch.testing.assert_close(step.norm(), torch.tensor(clip))
+
+
+def test_train_step_rejects_a_negative_clip() -> None:
+    model = BigramLanguageModel(5)
+    x = torch.zeros(1, 2, dtype=torch.long)
+    with pytest.raises(ValueError, match="grad_clip must be >= 0, got -1"):
+        train_step(model, torch.optim.SGD(model.parameters(), lr=0.1), x, x, lr=0.1, grad_clip=-1)
 
 
 def test_train_with_no_iterations_only_evaluates() -> None:
