@@ -25,7 +25,16 @@ def book_build(tmp_path_factory: pytest.TempPathFactory) -> BookBuild:
     out = tmp_path_factory.mktemp("book")
     jupyter_book = Path(sys.executable).with_name("jupyter-book")
     proc = subprocess.run(
-        [str(jupyter_book), "build", str(ROOT), "-W", "-n", "--keep-going", "--path-output", str(out)],
+        [
+            str(jupyter_book),
+            "build",
+            str(ROOT),
+            "-W",
+            "-n",
+            "--keep-going",
+            "--path-output",
+            str(out),
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,

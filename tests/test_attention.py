@@ -155,7 +155,7 @@ def test_gradients_match_sdpa() -> None:
     upstream = torch.randn(2, 5, 3, generator=torch.Generator().manual_seed(0), dtype=q.dtype)
     (scaled_dot_product_attention(*ours, is_causal=True)[0] * upstream).sum().backward()
     (F.scaled_dot_product_attention(*ref, is_causal=True) * upstream).sum().backward()
-    for a, b in zip(ours, ref):
+    for a, b in zip(ours, ref, strict=False):
         assert_close(a.grad, b.grad)
 
 
@@ -164,7 +164,9 @@ def test_gradients_match_sdpa() -> None:
 
 def test_mismatched_query_and_key_sizes() -> None:
     q, k, v = torch.randn(4, 8), torch.randn(4, 6), torch.randn(4, 6)
-    with pytest.raises(ValueError, match=r"queries and keys must have the same size d_k.*\(4, 8\).*\(4, 6\)"):
+    with pytest.raises(
+        ValueError, match=r"queries and keys must have the same size d_k.*\(4, 8\).*\(4, 6\)"
+    ):
         scaled_dot_product_attention(q, k, v)
 
 
@@ -189,20 +191,26 @@ def test_batch_dims_that_do_not_broadcast() -> None:
 def test_mask_that_does_not_broadcast(mask_shape: tuple) -> None:
     q, k, v = torch.randn(2, 4, 8), torch.randn(2, 4, 8), torch.randn(2, 4, 8)
     mask = torch.ones(mask_shape, dtype=torch.bool)
-    with pytest.raises(ValueError, match=r"mask of shape .* does not broadcast to the scores' shape \(2, 4, 4\)"):
+    with pytest.raises(
+        ValueError, match=r"mask of shape .* does not broadcast to the scores' shape \(2, 4, 4\)"
+    ):
         scaled_dot_product_attention(q, k, v, mask)
 
 
 def test_integer_mask_is_rejected() -> None:
     q = k = v = torch.randn(4, 8)
     mask = torch.ones(4, 4, dtype=torch.long).tril()
-    with pytest.raises(ValueError, match=r"mask must be boolean .* or float .* got dtype torch.int64"):
+    with pytest.raises(
+        ValueError, match=r"mask must be boolean .* or float .* got dtype torch.int64"
+    ):
         scaled_dot_product_attention(q, k, v, mask)
 
 
 def test_is_causal_needs_square_scores() -> None:
     q, k, v = torch.randn(3, 8), torch.randn(5, 8), torch.randn(5, 8)
-    with pytest.raises(ValueError, match=r"is_causal needs as many queries as keys, got T_q=3, T_k=5"):
+    with pytest.raises(
+        ValueError, match=r"is_causal needs as many queries as keys, got T_q=3, T_k=5"
+    ):
         scaled_dot_product_attention(q, k, v, is_causal=True)
 
 

@@ -138,10 +138,18 @@ def test_generate_follows_a_deterministic_table() -> None:
     ("idx", "targets", "message"),
     [
         (torch.tensor([1, 2, 3]), None, r"idx must be \(B, T\) token ids, got shape \(3,\)"),
-        (torch.tensor([[1.0, 2.0]]), None, "idx must hold integer token ids, got dtype torch.float32"),
+        (
+            torch.tensor([[1.0, 2.0]]),
+            None,
+            "idx must hold integer token ids, got dtype torch.float32",
+        ),
         (torch.tensor([[1, 7]]), None, r"idx has ids in 1\.\.7, outside the vocabulary 0\.\.6"),
         (torch.tensor([[-1, 2]]), None, "outside the vocabulary"),
-        (torch.tensor([[1, 2]]), torch.tensor([[1, 2, 3]]), r"targets must have the shape of idx \(1, 2\), got \(1, 3\)"),
+        (
+            torch.tensor([[1, 2]]),
+            torch.tensor([[1, 2, 3]]),
+            r"targets must have the shape of idx \(1, 2\), got \(1, 3\)",
+        ),
         (torch.tensor([[1, 2]]), torch.tensor([[1, 9]]), r"targets has ids in 1\.\.9"),
         (torch.tensor([[1, 2]]), torch.tensor([1, 2]), r"targets must be \(B, T\)"),
     ],

@@ -31,7 +31,11 @@ ALLOWED_CONSOLE_ERRORS = ("Identifier 'THEBE_JS_URL' has already been declared",
 
 
 def built_pages(html_dir: Path) -> list[Path]:
-    return sorted(p for p in html_dir.rglob("*.html") if "_static" not in p.parts and "_sources" not in p.parts)
+    return sorted(
+        p
+        for p in html_dir.rglob("*.html")
+        if "_static" not in p.parts and "_sources" not in p.parts
+    )
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +64,9 @@ def test_every_page_works_offline(book_build: BookBuild, browser) -> None:
         problems += page_problems
         math_pages += rendered_math
     assert math_pages >= 1, "no page rendered any math: the MathJax check never ran"
-    assert problems == [], f"{len(problems)} problem(s) on {len(pages)} pages:\n" + "\n".join(problems)
+    assert problems == [], f"{len(problems)} problem(s) on {len(pages)} pages:\n" + "\n".join(
+        problems
+    )
 
 
 REDIRECT = re.compile(r'<meta http-equiv="Refresh" content="0; url=([^"]+)"', re.IGNORECASE)
@@ -98,7 +104,9 @@ def check_page(browser, path: Path) -> tuple[list[str], bool]:
         if page.locator("mjx-container").count() == 0:
             problems.append(f"{name}: math present but MathJax rendered nothing")
         if page.locator("mjx-merror").count() > 0:
-            problems.append(f"{name}: MathJax reported {page.locator('mjx-merror').count()} error(s)")
+            problems.append(
+                f"{name}: MathJax reported {page.locator('mjx-merror').count()} error(s)"
+            )
 
     broken_images = page.evaluate(
         "() => [...document.images].filter(i => !i.complete || i.naturalWidth === 0).map(i => i.src)"

@@ -8,14 +8,11 @@ import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
 from helpers.attention import scaled_dot_product_attention
-from helpers.cost import (
+from helpers.cost import flops_breakdown, flops_per_new_token, forward_flops, param_count
+from helpers.measure import (
     TensorMemoryTracker,
-    flops_breakdown,
-    flops_per_new_token,
-    forward_flops,
     loglog_slope,
     median_time,
-    param_count,
     peak_tensor_bytes,
     profile_ops,
 )
@@ -28,7 +25,9 @@ CONFIGS = [
     GPTConfig(vocab_size=97, block_size=40, n_layer=3, n_head=4, n_embd=32, bias=False),
     GPTConfig(vocab_size=11, block_size=8, n_layer=1, n_head=1, n_embd=12, bias=True),
 ]
-GPT2_SMALL = GPTConfig(vocab_size=50257, block_size=1024, n_layer=12, n_head=12, n_embd=768, bias=True)
+GPT2_SMALL = GPTConfig(
+    vocab_size=50257, block_size=1024, n_layer=12, n_head=12, n_embd=768, bias=True
+)
 
 
 def explicit_flops(model: GPT, idx: torch.Tensor, **kwargs) -> int:
@@ -43,7 +42,10 @@ def test_param_count_matches_the_model(config: GPTConfig) -> None:
     model = GPT(config)
     assert param_count(config) == model.num_params(non_embedding=False)
     assert param_count(config, non_embedding=True) == model.num_params()
-    assert param_count(config) - param_count(config, non_embedding=True) == config.block_size * config.n_embd
+    assert (
+        param_count(config) - param_count(config, non_embedding=True)
+        == config.block_size * config.n_embd
+    )
 
 
 def test_gpt2_small_has_124m_parameters() -> None:
@@ -78,7 +80,9 @@ def test_breakdown_sums_to_total_and_scales_as_claimed() -> None:
 def test_flops_per_new_token_with_cache_matches_counter(T_past: int) -> None:
     config = GPTConfig(vocab_size=50, block_size=32, n_layer=2, n_head=4, n_embd=16)
     model = GPT(config).eval()
-    idx = torch.randint(config.vocab_size, (1, T_past + 1), generator=torch.Generator().manual_seed(1))
+    idx = torch.randint(
+        config.vocab_size, (1, T_past + 1), generator=torch.Generator().manual_seed(1)
+    )
     caches = [KVCache() for _ in model.blocks]
     if T_past:
         model(idx[:, :T_past], kv_caches=caches)
@@ -99,10 +103,19 @@ def test_cache_saves_flops_for_long_contexts() -> None:
 @pytest.mark.parametrize(
     ("call", "match"),
     [
-        (lambda: flops_breakdown(GPTConfig(block_size=128), 0), r"T must be in 1\.\.block_size=128, got 0"),
-        (lambda: forward_flops(GPTConfig(block_size=128), 129), r"T must be in 1\.\.block_size=128, got 129"),
+        (
+            lambda: flops_breakdown(GPTConfig(block_size=128), 0),
+            r"T must be in 1\.\.block_size=128, got 0",
+        ),
+        (
+            lambda: forward_flops(GPTConfig(block_size=128), 129),
+            r"T must be in 1\.\.block_size=128, got 129",
+        ),
         (lambda: forward_flops(GPTConfig(), 8, batch_size=0), "batch_size must be at least 1"),
-        (lambda: flops_per_new_token(GPTConfig(block_size=128), 200, use_cache=True), "block_size=128"),
+        (
+            lambda: flops_per_new_token(GPTConfig(block_size=128), 200, use_cache=True),
+            "block_size=128",
+        ),
         (lambda: param_count({"n_embd": 4}), "expected a GPTConfig, got dict"),
     ],
 )
@@ -142,7 +155,9 @@ def test_median_time_repeats_fast_calls_until_min_seconds() -> None:
     assert len(calls) == 7
 
 
-def test_profile_ops_reports_the_matmul_and_prints_nothing(capfd: pytest.CaptureFixture[str]) -> None:
+def test_profile_ops_reports_the_matmul_and_prints_nothing(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
     a = torch.randn(200, 200)
     ops = profile_ops(lambda: a @ a)
     self_time = {e.key: e.self_cpu_time_total for e in ops}

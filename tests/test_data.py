@@ -10,7 +10,7 @@ import pytest
 from helpers import data
 from helpers.data import DatasetError, load_tinyshakespeare, sha256_of, tinyshakespeare_path
 
-GOOD = "First Citizen:\nBefore we proceed any further, hear me speak.\n".encode()
+GOOD = b"First Citizen:\nBefore we proceed any further, hear me speak.\n"
 GOOD_SHA = sha256_of(GOOD)
 
 
@@ -43,7 +43,9 @@ def test_cache_hit_does_not_download(tmp_path: Path, network: list[str]) -> None
     assert network == []
 
 
-def test_env_var_wins_over_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, network: list[str]) -> None:
+def test_env_var_wins_over_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, network: list[str]
+) -> None:
     elsewhere = tmp_path / "my copy.txt"
     elsewhere.write_bytes(GOOD)
     monkeypatch.setenv(data.PATH_ENV_VAR, str(elsewhere))
@@ -51,13 +53,19 @@ def test_env_var_wins_over_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert network == []
 
 
-def test_env_var_pointing_nowhere_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_env_var_pointing_nowhere_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv(data.PATH_ENV_VAR, str(tmp_path / "missing.txt"))
-    with pytest.raises(DatasetError, match=r"TINYSHAKESPEARE_PATH is set to .*missing\.txt, but no such file"):
+    with pytest.raises(
+        DatasetError, match=r"TINYSHAKESPEARE_PATH is set to .*missing\.txt, but no such file"
+    ):
         load_tinyshakespeare(tmp_path)
 
 
-def test_cache_dir_env_var(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, network: list[str]) -> None:
+def test_cache_dir_env_var(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, network: list[str]
+) -> None:
     monkeypatch.setenv(data.CACHE_ENV_VAR, str(tmp_path))
     assert tinyshakespeare_path(expected_sha256=GOOD_SHA) == tmp_path / data.FILENAME
 
@@ -103,7 +111,9 @@ def test_download_off_never_touches_the_network(tmp_path: Path, network: list[st
     assert network == []
 
 
-def test_failed_write_leaves_no_partial_file(tmp_path: Path, network: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_failed_write_leaves_no_partial_file(
+    tmp_path: Path, network: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     def crash(src: str, dst: str) -> None:
         raise OSError("disk full")
 

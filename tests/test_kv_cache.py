@@ -85,10 +85,14 @@ def record_last_logits(model: GPT) -> tuple[list[torch.Tensor], torch.utils.hook
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("prompt_len", [3, 20, 24, 30])
-def test_generate_logits_equal_with_and_without_cache_past_block_size(seed: int, prompt_len: int) -> None:
+def test_generate_logits_equal_with_and_without_cache_past_block_size(
+    seed: int, prompt_len: int
+) -> None:
     """40 new tokens cross block_size=24 (or start beyond it): the cache must be rebuilt."""
     model = make_model(seed)
-    prompt = torch.randint(CONFIG.vocab_size, (2, prompt_len), generator=torch.Generator().manual_seed(seed))
+    prompt = torch.randint(
+        CONFIG.vocab_size, (2, prompt_len), generator=torch.Generator().manual_seed(seed)
+    )
     runs = {}
     for use_cache in (False, True):
         seen, handle = record_last_logits(model)
@@ -97,18 +101,24 @@ def test_generate_logits_equal_with_and_without_cache_past_block_size(seed: int,
         runs[use_cache] = (out, seen)
     assert torch.equal(runs[False][0], runs[True][0])
     assert len(runs[False][1]) == len(runs[True][1]) == 40
-    for uncached, cached in zip(runs[False][1], runs[True][1]):
+    for uncached, cached in zip(runs[False][1], runs[True][1], strict=False):
         assert_close(cached, uncached)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize(("temperature", "top_k"), [(1.0, None), (0.7, 5), (1.5, 20)])
-def test_sampled_tokens_identical_under_the_same_seed(seed: int, temperature: float, top_k: int | None) -> None:
+def test_sampled_tokens_identical_under_the_same_seed(
+    seed: int, temperature: float, top_k: int | None
+) -> None:
     model = make_model(seed)
     prompt = torch.randint(CONFIG.vocab_size, (3, 6), generator=torch.Generator().manual_seed(seed))
     outs = [
         model.generate(
-            prompt, 50, temperature=temperature, top_k=top_k, use_cache=use_cache,
+            prompt,
+            50,
+            temperature=temperature,
+            top_k=top_k,
+            use_cache=use_cache,
             generator=torch.Generator().manual_seed(100 + seed),
         )
         for use_cache in (False, True)

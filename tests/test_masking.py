@@ -18,7 +18,9 @@ def test_causal_mask_small_case_by_hand() -> None:
     expected = torch.tensor([[True, False, False], [True, True, False], [True, True, True]])
     assert torch.equal(causal_mask(3), expected)
     inf = float("-inf")
-    assert torch.equal(additive_causal_mask(3), torch.tensor([[0.0, inf, inf], [0.0, 0.0, inf], [0.0, 0.0, 0.0]]))
+    assert torch.equal(
+        additive_causal_mask(3), torch.tensor([[0.0, inf, inf], [0.0, 0.0, inf], [0.0, 0.0, 0.0]])
+    )
 
 
 @pytest.mark.parametrize("T", [1, 2, 7, 32])
@@ -65,7 +67,9 @@ def test_agrees_with_pytorch_sdpa(seed: int) -> None:
     expected = F.scaled_dot_product_attention(q, k, v, is_causal=True)
     assert_close(weights @ v, expected)
     assert_close(F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(T)), expected)
-    assert_close(F.scaled_dot_product_attention(q, k, v, attn_mask=additive_causal_mask(T)), expected)
+    assert_close(
+        F.scaled_dot_product_attention(q, k, v, attn_mask=additive_causal_mask(T)), expected
+    )
 
 
 def test_agrees_with_multihead_attention_with_the_inverted_convention() -> None:
@@ -103,7 +107,9 @@ def test_apply_causal_mask_keeps_the_past_and_leading_dims() -> None:
     allowed = causal_mask(4)
     assert torch.equal(masked[..., allowed], scores[..., allowed])
     assert torch.isneginf(masked[..., ~allowed]).all()
-    assert torch.equal(scores, torch.arange(2 * 3 * 4 * 4, dtype=torch.float32).view(2, 3, 4, 4)), "input modified"
+    assert torch.equal(scores, torch.arange(2 * 3 * 4 * 4, dtype=torch.float32).view(2, 3, 4, 4)), (
+        "input modified"
+    )
 
 
 @pytest.mark.parametrize("fn", [causal_mask, additive_causal_mask], ids=lambda f: f.__name__)
@@ -120,5 +126,7 @@ def test_numpy_integer_sizes_are_accepted() -> None:
 
 @pytest.mark.parametrize("shape", [(3, 4), (2, 5, 3), (4,)])
 def test_apply_causal_mask_needs_square_scores(shape) -> None:
-    with pytest.raises(ValueError, match=r"a causal mask needs square \(\.\.\., T, T\) scores, got shape"):
+    with pytest.raises(
+        ValueError, match=r"a causal mask needs square \(\.\.\., T, T\) scores, got shape"
+    ):
         apply_causal_mask(torch.zeros(shape))

@@ -95,7 +95,9 @@ def test_future_tokens_do_not_change_past_logits(seed: int) -> None:
     idx = random_ids(seed, 2, 16)
     t = 9  # change every token after position t
     changed = idx.clone()
-    changed[:, t + 1 :] = (changed[:, t + 1 :] + 1 + random_ids(seed + 10, 2, 6) % 28) % SMALL.vocab_size
+    changed[:, t + 1 :] = (
+        changed[:, t + 1 :] + 1 + random_ids(seed + 10, 2, 6) % 28
+    ) % SMALL.vocab_size
     assert (changed[:, t + 1 :] != idx[:, t + 1 :]).all()
     before, _ = model(idx)
     after, _ = model(changed)
@@ -117,7 +119,9 @@ def test_past_tokens_do_change_later_logits() -> None:
 
 def test_context_longer_than_block_size_raises() -> None:
     model = make_model(0)
-    with pytest.raises(ValueError, match=r"context of 17 tokens is longer than block_size=16; crop it"):
+    with pytest.raises(
+        ValueError, match=r"context of 17 tokens is longer than block_size=16; crop it"
+    ):
         model(random_ids(0, 1, 17))
 
 
@@ -126,7 +130,9 @@ def test_ids_outside_the_vocabulary_raise(bad: int) -> None:
     model = make_model(0)
     idx = random_ids(0, 2, 5)
     idx[1, 3] = bad
-    with pytest.raises(ValueError, match=re.escape(f"token ids must be in 0..{SMALL.vocab_size - 1}, got {bad}")):
+    with pytest.raises(
+        ValueError, match=re.escape(f"token ids must be in 0..{SMALL.vocab_size - 1}, got {bad}")
+    ):
         model(idx)
 
 
@@ -136,7 +142,9 @@ def test_idx_must_be_two_dimensional() -> None:
 
 
 def test_targets_must_match_idx() -> None:
-    with pytest.raises(ValueError, match=r"targets must have the shape of idx \(2, 5\), got \(2, 4\)"):
+    with pytest.raises(
+        ValueError, match=r"targets must have the shape of idx \(2, 5\), got \(2, 4\)"
+    ):
         make_model(0)(random_ids(0, 2, 5), random_ids(0, 2, 4))
 
 
@@ -248,7 +256,9 @@ def test_low_temperature_approaches_greedy_and_top_k_restricts_the_choice() -> N
     idx = random_ids(4, 64, 4)
     logits, _ = model(idx)
     top3 = logits[:, -1].topk(3).indices
-    out = model.generate(idx, 1, top_k=3, temperature=2.0, generator=torch.Generator().manual_seed(0))
+    out = model.generate(
+        idx, 1, top_k=3, temperature=2.0, generator=torch.Generator().manual_seed(0)
+    )
     assert (out[:, -1:] == top3).any(dim=1).all()
     cold = model.generate(idx, 1, temperature=1e-4, generator=torch.Generator().manual_seed(0))
     assert torch.equal(cold[:, -1], logits[:, -1].argmax(-1))
@@ -325,7 +335,9 @@ def test_corrupt_checkpoint_raises_a_clear_error(tmp_path, corrupt) -> None:
 def test_checkpoint_of_something_else_raises_a_clear_error(tmp_path) -> None:
     path = tmp_path / "other.pt"
     torch.save({"weights": torch.zeros(3)}, path)
-    with pytest.raises(ValueError, match=r"other\.pt is not a checkpoint written by save_checkpoint.*config"):
+    with pytest.raises(
+        ValueError, match=r"other\.pt is not a checkpoint written by save_checkpoint.*config"
+    ):
         load_checkpoint(path)
 
 

@@ -57,7 +57,10 @@ def test_head_order_matters() -> None:
     """Head h must land in rows h*head_size.. of each q/k/v block: swapping two heads changes
     the output (the projection sees their channels in the wrong order)."""
     torch.manual_seed(0)
-    concat, fused = MultiHeadAttentionConcat(8, 2, causal=False), MultiHeadAttention(8, 2, causal=False)
+    concat, fused = (
+        MultiHeadAttentionConcat(8, 2, causal=False),
+        MultiHeadAttention(8, 2, causal=False),
+    )
     copy_concat_to_fused(concat, fused)
     x = torch.randn(2, 6, 8)
     swapped = MultiHeadAttentionConcat(8, 2, causal=False)
@@ -70,7 +73,9 @@ def test_head_order_matters() -> None:
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("n_embd,n_head", CONFIGS)
-def test_fused_equals_torch_multihead(n_embd: int, n_head: int, causal: bool, bias: bool, seed: int) -> None:
+def test_fused_equals_torch_multihead(
+    n_embd: int, n_head: int, causal: bool, bias: bool, seed: int
+) -> None:
     torch.manual_seed(seed)
     fused = MultiHeadAttention(n_embd, n_head, causal=causal, bias=bias).eval()
     if bias:  # PyTorch initialises the biases to zero: make them matter
@@ -176,18 +181,28 @@ def test_cross_attention_with_cache_is_rejected() -> None:
 def test_copy_errors() -> None:
     with pytest.raises(ValueError, match="shapes differ"):
         copy_concat_to_fused(MultiHeadAttentionConcat(8, 2), MultiHeadAttention(8, 4))
-    with pytest.raises(ValueError, match="c_attn: the source has a bias but the destination does not"):
+    with pytest.raises(
+        ValueError, match="c_attn: the source has a bias but the destination does not"
+    ):
         copy_concat_to_fused(MultiHeadAttentionConcat(8, 2, bias=True), MultiHeadAttention(8, 2))
     with pytest.raises(ValueError, match="shapes differ"):
         copy_fused_to_torch(MultiHeadAttention(8, 2), nn.MultiheadAttention(8, 4, bias=False))
-    with pytest.raises(ValueError, match="in_proj: the destination has a bias but the source does not"):
+    with pytest.raises(
+        ValueError, match="in_proj: the destination has a bias but the source does not"
+    ):
         copy_fused_to_torch(MultiHeadAttention(8, 2), nn.MultiheadAttention(8, 2, bias=True))
     with pytest.raises(ValueError, match="separate q/k/v projections"):
-        copy_fused_to_torch(MultiHeadAttention(8, 2), nn.MultiheadAttention(8, 2, bias=False, kdim=4, vdim=4))
+        copy_fused_to_torch(
+            MultiHeadAttention(8, 2), nn.MultiheadAttention(8, 2, bias=False, kdim=4, vdim=4)
+        )
     with pytest.raises(ValueError, match="add_bias_kv"):
-        copy_fused_to_torch(MultiHeadAttention(8, 2), nn.MultiheadAttention(8, 2, bias=False, add_bias_kv=True))
+        copy_fused_to_torch(
+            MultiHeadAttention(8, 2), nn.MultiheadAttention(8, 2, bias=False, add_bias_kv=True)
+        )
 
 
 def test_parameter_count_does_not_depend_on_n_head() -> None:
-    counts = {h: sum(p.numel() for p in MultiHeadAttention(32, h).parameters()) for h in (1, 2, 4, 8)}
+    counts = {
+        h: sum(p.numel() for p in MultiHeadAttention(32, h).parameters()) for h in (1, 2, 4, 8)
+    }
     assert set(counts.values()) == {4 * 32 * 32}

@@ -39,6 +39,8 @@ def test_notebook_is_committed_executed_in_order(path: Path) -> None:
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_first_cell_installs_helpers_when_missing(path: Path) -> None:
     first = "".join(code_cells(path)[0]["source"])
-    assert "import helpers" in first and "except ImportError" in first
+    assert "import helpers.attention" in first and "except ImportError" in first
     assert f"git+{REPOSITORY_URL}" in first, "install URL must match repository.url in _config.yml"
-    assert code_cells(path)[0]["outputs"] == [], "the install cell must be silent when helpers is present"
+    assert code_cells(path)[0]["outputs"] == [], (
+        "the install cell must be silent when helpers is present"
+    )

@@ -58,7 +58,17 @@ def test_draws_into_given_axes_and_annotates_small_matrices() -> None:
     fig, axes = plt.subplots(1, 2)
     ax = plot_attention(np.eye(3) * 0.5, ax=axes[1], colorbar=False)
     assert ax is axes[1]
-    assert [t.get_text() for t in ax.texts] == ["0.50", "0.00", "0.00", "0.00", "0.50", "0.00", "0.00", "0.00", "0.50"]
+    assert [t.get_text() for t in ax.texts] == [
+        "0.50",
+        "0.00",
+        "0.00",
+        "0.00",
+        "0.50",
+        "0.00",
+        "0.00",
+        "0.00",
+        "0.50",
+    ]
     assert len(fig.axes) == 2  # no colour bar was added
 
 

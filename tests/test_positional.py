@@ -9,7 +9,11 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from helpers.positional import LearnedPositionalEmbedding, sinusoidal_encoding, sinusoidal_shift_matrix
+from helpers.positional import (
+    LearnedPositionalEmbedding,
+    sinusoidal_encoding,
+    sinusoidal_shift_matrix,
+)
 
 SIZES = [(1, 2), (4, 2), (10, 6), (50, 16), (128, 64)]  # (T, d_model)
 
@@ -28,15 +32,20 @@ def reference(T: int, d_model: int, base: float = 10000.0) -> torch.Tensor:
 @pytest.mark.parametrize("base", [10000.0, 1000.0, 2.5])
 @pytest.mark.parametrize("T,d_model", SIZES)
 def test_matches_double_loop(T: int, d_model: int, base: float) -> None:
-    assert_close(sinusoidal_encoding(T, d_model, base, dtype=torch.float64), reference(T, d_model, base))
+    assert_close(
+        sinusoidal_encoding(T, d_model, base, dtype=torch.float64), reference(T, d_model, base)
+    )
     assert_close(sinusoidal_encoding(T, d_model, base), reference(T, d_model, base).float())
 
 
 def test_known_values() -> None:
     pe = sinusoidal_encoding(3, 4)
     expected = torch.tensor(
-        [[0.0, 1.0, 0.0, 1.0], [math.sin(1), math.cos(1), math.sin(0.01), math.cos(0.01)],
-         [math.sin(2), math.cos(2), math.sin(0.02), math.cos(0.02)]]
+        [
+            [0.0, 1.0, 0.0, 1.0],
+            [math.sin(1), math.cos(1), math.sin(0.01), math.cos(0.01)],
+            [math.sin(2), math.cos(2), math.sin(0.02), math.cos(0.02)],
+        ]
     )
     assert_close(pe, expected)
 
@@ -95,7 +104,7 @@ def test_shift_is_a_fixed_rotation(k: int, base: float) -> None:
     T, d = 60, 16
     pe = sinusoidal_encoding(T + k, d, base, dtype=torch.float64)
     M = sinusoidal_shift_matrix(k, d, base, dtype=torch.float64)
-    assert_close(pe[k:], pe[: T] @ M.T)  # every position, one matrix
+    assert_close(pe[k:], pe[:T] @ M.T)  # every position, one matrix
     assert_close(M @ M.T, torch.eye(d, dtype=torch.float64))  # a rotation: orthogonal...
     assert_close(torch.linalg.det(M), torch.tensor(1.0, dtype=torch.float64))  # ...with det 1
     off_block = M.clone()
@@ -150,9 +159,13 @@ def test_learned_positions_lookup() -> None:
 
 def test_learned_positions_fail_clearly_past_block_size() -> None:
     emb = LearnedPositionalEmbedding(8, 4)
-    with pytest.raises(ValueError, match=r"positions up to 8 requested, but this model only has block_size=8"):
+    with pytest.raises(
+        ValueError, match=r"positions up to 8 requested, but this model only has block_size=8"
+    ):
         emb(9)
-    with pytest.raises(ValueError, match=r"positions up to 9 requested.*crop the context to the last 8 tokens"):
+    with pytest.raises(
+        ValueError, match=r"positions up to 9 requested.*crop the context to the last 8 tokens"
+    ):
         emb(2, offset=8)
     with pytest.raises(ValueError, match="need T > 0 and offset >= 0"):
         emb(0)

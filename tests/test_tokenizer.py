@@ -39,7 +39,10 @@ def test_round_trip(tok: CharTokenizer) -> None:
 
 
 def test_out_of_vocabulary_error_names_the_character(tok: CharTokenizer) -> None:
-    with pytest.raises(ValueError, match=r"character 'x' \(U\+0078\) at index 3 is not in the 27-character vocabulary"):
+    with pytest.raises(
+        ValueError,
+        match=r"character 'x' \(U\+0078\) at index 3 is not in the 27-character vocabulary",
+    ):
         tok.encode("Firx")
     with pytest.raises(ValueError, match=r"'é' \(U\+00E9\) at index 4"):
         tok.encode("hear\u00e9")
@@ -74,7 +77,11 @@ def test_duplicate_vocabulary_is_refused() -> None:
 
 @pytest.mark.parametrize(
     ("chars", "message"),
-    [([], "the vocabulary is empty"), (["a", "bc"], "single character, got 'bc'"), (["a", 1], "got 1")],
+    [
+        ([], "the vocabulary is empty"),
+        (["a", "bc"], "single character, got 'bc'"),
+        (["a", 1], "got 1"),
+    ],
 )
 def test_bad_vocabulary_is_refused(chars: list, message: str) -> None:
     with pytest.raises(ValueError, match=message):

@@ -29,7 +29,9 @@ def random_tokens(n: int = 1000, vocab_size: int = 11, seed: int = 0) -> torch.T
 
 
 def test_get_batch_shapes_and_dtype() -> None:
-    x, y = get_batch(random_tokens(), block_size=8, batch_size=4, generator=torch.Generator().manual_seed(0))
+    x, y = get_batch(
+        random_tokens(), block_size=8, batch_size=4, generator=torch.Generator().manual_seed(0)
+    )
     assert x.shape == y.shape == (4, 8)
     assert x.dtype == y.dtype == torch.int64
 
@@ -75,13 +77,20 @@ def test_get_batch_is_deterministic_with_a_generator_and_spares_the_global_rng()
 @pytest.mark.parametrize(
     ("data", "block_size", "batch_size", "message"),
     [
-        (torch.zeros(2, 50, dtype=torch.long), 4, 2, r"1-D tensor of token ids, got shape \(2, 50\)"),
+        (
+            torch.zeros(2, 50, dtype=torch.long),
+            4,
+            2,
+            r"1-D tensor of token ids, got shape \(2, 50\)",
+        ),
         (torch.zeros(50, dtype=torch.long), 0, 2, "must be positive, got 0, 2"),
         (torch.zeros(50, dtype=torch.long), 4, 0, "must be positive, got 4, 0"),
         (torch.zeros(8, dtype=torch.long), 8, 2, "need more than block_size=8 tokens, got 8"),
     ],
 )
-def test_get_batch_errors(data: torch.Tensor, block_size: int, batch_size: int, message: str) -> None:
+def test_get_batch_errors(
+    data: torch.Tensor, block_size: int, batch_size: int, message: str
+) -> None:
     with pytest.raises(ValueError, match=message):
         get_batch(data, block_size, batch_size)
 
@@ -123,7 +132,7 @@ def test_cosine_lr_values() -> None:
     assert cosine_lr(110, **kw) == pytest.approx(1e-4)
     assert cosine_lr(10_000, **kw) == pytest.approx(1e-4)
     lrs = [cosine_lr(s, **kw) for s in range(10, 111)]
-    assert all(a >= b for a, b in zip(lrs, lrs[1:])), "the decay must be monotone"
+    assert all(a >= b for a, b in zip(lrs, lrs[1:], strict=False)), "the decay must be monotone"
 
 
 def test_cosine_lr_without_warmup_starts_at_the_peak() -> None:
@@ -135,7 +144,11 @@ def test_cosine_lr_without_warmup_starts_at_the_peak() -> None:
     [
         (-1, dict(max_lr=1.0, warmup_steps=1, total_steps=10), "step must be >= 0"),
         (0, dict(max_lr=1.0, warmup_steps=-1, total_steps=10), "must be >= 0, got -1, 10"),
-        (0, dict(max_lr=1.0, warmup_steps=1, total_steps=10, min_lr=2.0), "need 0 <= min_lr <= max_lr"),
+        (
+            0,
+            dict(max_lr=1.0, warmup_steps=1, total_steps=10, min_lr=2.0),
+            "need 0 <= min_lr <= max_lr",
+        ),
     ],
 )
 def test_cosine_lr_errors(step: int, kw: dict, message: str) -> None:
@@ -152,12 +165,12 @@ def test_estimate_loss_is_deterministic_and_spares_the_callers_rng() -> None:
     splits = {"train": random_tokens(seed=1), "val": random_tokens(seed=2)}
     _ = torch.manual_seed(99)
     state = torch.get_rng_state()
-    first = estimate_loss(model, splits, block_size=8, batch_size=4, eval_iters=5)
+    first = estimate_loss(model, splits, block_size=8, batch_size=4, eval_steps=5)
     assert torch.equal(torch.get_rng_state(), state), "the caller's random stream must be untouched"
-    second = estimate_loss(model, splits, block_size=8, batch_size=4, eval_iters=5)
+    second = estimate_loss(model, splits, block_size=8, batch_size=4, eval_steps=5)
     assert first == second
     assert set(first) == {"train", "val"} and first["train"] != first["val"]
-    other_seed = estimate_loss(model, splits, block_size=8, batch_size=4, eval_iters=5, seed=1)
+    other_seed = estimate_loss(model, splits, block_size=8, batch_size=4, eval_steps=5, seed=1)
     assert other_seed != first
 
 
@@ -170,7 +183,9 @@ def test_estimate_loss_is_the_mean_over_its_batches() -> None:
     for _ in range(4):
         x, y = get_batch(data, 6, 3, generator=g)
         losses.append(model(x, y)[1].item())
-    got = estimate_loss(model, {"val": data}, block_size=6, batch_size=3, eval_iters=4, seed=5)["val"]
+    got = estimate_loss(model, {"val": data}, block_size=6, batch_size=3, eval_steps=4, seed=5)[
+        "val"
+    ]
     assert got == pytest.approx(sum(losses) / 4, rel=1e-6)
 
 
@@ -193,7 +208,7 @@ def test_estimate_loss_restores_the_training_mode() -> None:
 
 def test_estimate_loss_errors() -> None:
     model = BigramLanguageModel(11)
-    with pytest.raises(ValueError, match="eval_iters must be positive, got 0"):
+    with pytest.raises(ValueError, match="eval_steps must be positive, got 0"):
         estimate_loss(model, {"val": random_tokens()}, 4, 2, 0)
     with pytest.raises(ValueError, match="splits is empty"):
         estimate_loss(model, {}, 4, 2, 1)
@@ -210,11 +225,19 @@ def test_train_reduces_the_loss_on_a_learnable_problem() -> None:
     _ = torch.manual_seed(0)
     model = BigramLanguageModel(5)
     data = repeating_text()
-    config = TrainConfig(max_iters=200, batch_size=8, block_size=8, max_lr=0.1, min_lr=0.01,
-                         warmup_iters=10, eval_interval=50, eval_iters=4)
+    config = TrainConfig(
+        max_steps=200,
+        batch_size=8,
+        block_size=8,
+        max_lr=0.1,
+        min_lr=0.01,
+        warmup_steps=10,
+        eval_interval=50,
+        eval_steps=4,
+    )
     calls = []
     history = train(model, data[:500], data[500:], config, progress=calls.append)
-    assert history.iters_done == 200 and calls == [1] * 200
+    assert calls == [1] * 200
     assert history.steps == [0, 50, 100, 150, 200]
     assert len(history.train_loss) == len(history.val_loss) == 5
     assert history.train_loss[0] > 1.0, "a random table starts far from the answer"
@@ -223,8 +246,15 @@ def test_train_reduces_the_loss_on_a_learnable_problem() -> None:
 
 
 def test_train_is_reproducible() -> None:
-    config = TrainConfig(max_iters=30, batch_size=4, block_size=6, max_lr=0.05, warmup_iters=5,
-                         eval_interval=10, eval_iters=2)
+    config = TrainConfig(
+        max_steps=30,
+        batch_size=4,
+        block_size=6,
+        max_lr=0.05,
+        warmup_steps=5,
+        eval_interval=10,
+        eval_steps=2,
+    )
     data = random_tokens(400, vocab_size=7)
     runs = []
     for _ in range(2):
@@ -282,9 +312,9 @@ def test_train_step_rejects_a_negative_clip() -> None:
 def test_train_with_no_iterations_only_evaluates() -> None:
     model = BigramLanguageModel(5)
     before = model.token_embedding_table.weight.detach().clone()
-    config = TrainConfig(max_iters=0, warmup_iters=0, batch_size=2, block_size=4, eval_iters=1)
+    config = TrainConfig(max_steps=0, warmup_steps=0, batch_size=2, block_size=4, eval_steps=1)
     history = train(model, repeating_text(), repeating_text(), config)
-    assert history.iters_done == 0 and history.steps == [0]
+    assert history.steps == [0]
     torch.testing.assert_close(model.token_embedding_table.weight, before, rtol=0, atol=0)
 
 
@@ -294,8 +324,8 @@ def test_train_with_no_iterations_only_evaluates() -> None:
         (dict(batch_size=0), "batch_size must be positive, got 0"),
         (dict(block_size=-1), "block_size must be positive"),
         (dict(eval_interval=0), "eval_interval must be positive"),
-        (dict(eval_iters=0), "eval_iters must be positive"),
-        (dict(max_iters=-5), "max_iters and warmup_iters must be >= 0"),
+        (dict(eval_steps=0), "eval_steps must be positive"),
+        (dict(max_steps=-5), "max_steps and warmup_steps must be >= 0"),
         (dict(min_lr=1.0, max_lr=0.1), "need 0 <= min_lr <= max_lr"),
     ],
 )
