@@ -46,7 +46,9 @@ def scaled_dot_product_attention(
             boolean nor floating point, or ``is_causal`` with ``T_q != T_k``.
     """
     if q.dim() < 2 or k.dim() < 2 or v.dim() < 2:
-        raise ValueError(f"q, k, v need at least 2 dims (T, d), got {q.dim()}, {k.dim()}, {v.dim()}")
+        raise ValueError(
+            f"q, k, v need at least 2 dims (T, d), got {q.dim()}, {k.dim()}, {v.dim()}"
+        )
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(
             f"queries and keys must have the same size d_k, got q {tuple(q.shape)} and k {tuple(k.shape)}"
@@ -76,7 +78,9 @@ def scaled_dot_product_attention(
         try:
             broadcast = torch.broadcast_shapes(mask.shape, scores.shape)
         except RuntimeError as err:
-            raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to {expected}") from err
+            raise ValueError(
+                f"mask of shape {tuple(mask.shape)} does not broadcast to {expected}"
+            ) from err
         if broadcast != scores.shape:  # the mask would silently add batch dimensions
             raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to {expected}")
         if mask.dtype != torch.bool and not mask.is_floating_point():
@@ -103,7 +107,9 @@ class Head(nn.Module):
         bias: whether the projections have a bias (GPT-style heads have none).
     """
 
-    def __init__(self, n_embd: int, head_size: int, *, causal: bool = True, bias: bool = False) -> None:
+    def __init__(
+        self, n_embd: int, head_size: int, *, causal: bool = True, bias: bool = False
+    ) -> None:
         super().__init__()
         if n_embd <= 0 or head_size <= 0:
             raise ValueError(f"n_embd and head_size must be positive, got {n_embd} and {head_size}")
@@ -116,7 +122,9 @@ class Head(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``x``: ``(B, T, C)`` -> ``(B, T, head_size)``."""
         if x.dim() != 3 or x.shape[-1] != self.query.in_features:
-            raise ValueError(f"expected x of shape (B, T, {self.query.in_features}), got {tuple(x.shape)}")
+            raise ValueError(
+                f"expected x of shape (B, T, {self.query.in_features}), got {tuple(x.shape)}"
+            )
         q, k, v = self.query(x), self.key(x), self.value(x)
         out, weights = scaled_dot_product_attention(q, k, v, is_causal=self.causal)
         self.last_weights = weights.detach()

@@ -26,10 +26,14 @@ def _check_input(x: torch.Tensor) -> None:
     if x.shape[1] == 0:
         raise ValueError(f"x must contain at least one token (T >= 1), got shape {tuple(x.shape)}")
     if not x.is_floating_point():
-        raise ValueError(f"x must be a floating-point tensor (an average is not an integer), got dtype {x.dtype}")
+        raise ValueError(
+            f"x must be a floating-point tensor (an average is not an integer), got dtype {x.dtype}"
+        )
 
 
-def uniform_causal_weights(T: int, *, dtype: torch.dtype = torch.float32, device: torch.device | str | None = None) -> torch.Tensor:
+def uniform_causal_weights(
+    T: int, *, dtype: torch.dtype = torch.float32, device: torch.device | str | None = None
+) -> torch.Tensor:
     """The ``(T, T)`` averaging matrix: row ``t`` holds ``1/(t+1)`` in columns ``0..t`` and ``0`` after.
 
     Multiplying it with a ``(B, T, C)`` tensor averages the past of every position. Every row sums

@@ -1,34 +1,41 @@
-"""Causal masks: which positions a token may attend to."""
+"""Causal masks: which positions a token may attend to.
+
+Defined in chapter 2, "Causal masking".
+"""
 
 from __future__ import annotations
 
-import numbers
-
 import torch
 
-
-def _check_size(name: str, value: int) -> None:
-    # numbers.Integral also admits NumPy integers such as np.int64; bool is an int but never a size.
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
-        raise ValueError(f"{name} must be a positive int (the number of tokens), got {value!r}")
+from helpers.validation import check_non_negative_int, check_positive_int
 
 
-def causal_mask(T: int, *, device: torch.device | str | None = None) -> torch.Tensor:
-    """Boolean ``(T, T)`` mask that is ``True`` where query ``i`` may see key ``j`` (``j <= i``).
+def causal_mask(
+    T: int, *, T_past: int = 0, device: torch.device | str | None = None
+) -> torch.Tensor:
+    """Boolean mask that is ``True`` where a query may see a key: ``(T, T_past + T)``.
+
+    With ``T_past = 0`` (the default) this is the square ``(T, T)`` mask with ``True`` where
+    query ``i`` may see key ``j`` (``j <= i``). With ``T_past > 0`` the ``T`` queries are the
+    *newest* tokens, sitting after ``T_past`` earlier (for example cached) keys: query ``i`` is at
+    position ``T_past + i`` and sees keys ``0 .. T_past + i``. This rectangular form is what a
+    KV cache needs when several new tokens are processed at once.
 
     This is the convention of ``F.scaled_dot_product_attention``'s boolean ``attn_mask``. (It is
     the opposite of ``nn.MultiheadAttention``'s boolean ``attn_mask``, where ``True`` means *hidden*:
     pass ``~causal_mask(T)`` there.)
 
     Raises:
-        ValueError: if ``T`` is not a positive int.
+        ValueError: if ``T`` is not a positive int or ``T_past`` is not an int ``>= 0``.
     """
-    _check_size("T", T)
-    T = int(T)
-    return torch.ones(T, T, dtype=torch.bool, device=device).tril()
+    T = check_positive_int("T", T, what="the number of tokens")
+    T_past = check_non_negative_int("T_past", T_past)
+    return torch.ones(T, T_past + T, dtype=torch.bool, device=device).tril(diagonal=T_past)
 
 
-def additive_causal_mask(T: int, *, dtype: torch.dtype = torch.float32, device: torch.device | str | None = None) -> torch.Tensor:
+def additive_causal_mask(
+    T: int, *, dtype: torch.dtype = torch.float32, device: torch.device | str | None = None
+) -> torch.Tensor:
     """Float ``(T, T)`` mask: ``0`` where attention is allowed, ``-inf`` where it is not.
 
     Added to the scores before the softmax, ``-inf`` becomes a weight of exactly zero.

@@ -74,7 +74,9 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
         self.mlp = FeedForward(config)
 
-    def forward(self, x: torch.Tensor, kv_cache: KVCache | None = None, need_weights: bool = False) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, kv_cache: KVCache | None = None, need_weights: bool = False
+    ) -> torch.Tensor:
         x = x + self.attn(self.ln_1(x), kv_cache=kv_cache, need_weights=need_weights)
         x = x + self.mlp(self.ln_2(x))
         return x
@@ -157,9 +159,13 @@ class GPT(nn.Module):
                 f"token ids must be in 0..{self.config.vocab_size - 1}, got {int(idx[outside][0])}"
             )
         if targets is not None and targets.shape != idx.shape:
-            raise ValueError(f"targets must have the shape of idx {tuple(idx.shape)}, got {tuple(targets.shape)}")
+            raise ValueError(
+                f"targets must have the shape of idx {tuple(idx.shape)}, got {tuple(targets.shape)}"
+            )
         if kv_caches is not None and len(kv_caches) != len(self.blocks):
-            raise ValueError(f"need one KVCache per layer ({len(self.blocks)}), got {len(kv_caches)}")
+            raise ValueError(
+                f"need one KVCache per layer ({len(self.blocks)}), got {len(kv_caches)}"
+            )
 
         x = self.drop(self.tok_emb(idx) + self.pos_emb(T, offset))  # (B, T, C)
         for i, block in enumerate(self.blocks):
@@ -225,10 +231,19 @@ def save_checkpoint(path: str | Path, model: GPT, tokenizer: CharTokenizer) -> N
         raise ValueError(
             f"tokenizer has {tokenizer.vocab_size} tokens but the model expects {model.config.vocab_size}"
         )
-    torch.save({"config": asdict(model.config), "state_dict": model.state_dict(), "chars": tokenizer.chars}, path)
+    torch.save(
+        {
+            "config": asdict(model.config),
+            "state_dict": model.state_dict(),
+            "chars": tokenizer.chars,
+        },
+        path,
+    )
 
 
-def load_checkpoint(path: str | Path, *, map_location: str | torch.device = "cpu") -> tuple[GPT, CharTokenizer]:
+def load_checkpoint(
+    path: str | Path, *, map_location: str | torch.device = "cpu"
+) -> tuple[GPT, CharTokenizer]:
     """Rebuild a model and its tokenizer from :func:`save_checkpoint`'s file."""
     try:
         ckpt = torch.load(path, map_location=map_location, weights_only=True)
@@ -237,7 +252,15 @@ def load_checkpoint(path: str | Path, *, map_location: str | torch.device = "cpu
         tokenizer = CharTokenizer(ckpt["chars"])
     except FileNotFoundError:
         raise
-    except (KeyError, TypeError, ValueError, RuntimeError, EOFError, OSError, pickle.UnpicklingError) as err:
+    except (
+        KeyError,
+        TypeError,
+        ValueError,
+        RuntimeError,
+        EOFError,
+        OSError,
+        pickle.UnpicklingError,
+    ) as err:
         raise ValueError(
             f"{path} is not a checkpoint written by save_checkpoint ({type(err).__name__}: {err})"
         ) from err

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from helpers.attention import Head, scaled_dot_product_attention
+from helpers.masking import causal_mask
 
 
 def _check_sizes(n_embd: int, n_head: int) -> None:
@@ -157,13 +158,14 @@ class MultiHeadAttention(nn.Module):
                 is_causal = True
             elif T_new > 1:
                 # New query i sits at position T_past + i and may see keys 0..T_past + i.
-                T_k = k.shape[-2]
-                mask = torch.ones(T_new, T_k, dtype=torch.bool, device=x.device).tril(diagonal=T_past)
+                mask = causal_mask(T_new, T_past=T_past, device=x.device)
             # A single new token may see every cached key: no mask needed.
 
         p = self.dropout if self.training else 0.0
         if self.use_sdpa and not need_weights:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=is_causal)
+            y = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=p, is_causal=is_causal
+            )
             self.last_weights = None
         else:
             y, weights = scaled_dot_product_attention(q, k, v, mask, is_causal=is_causal)
@@ -190,7 +192,9 @@ class MultiHeadAttentionConcat(nn.Module):
         bias: whether the projections have biases.
     """
 
-    def __init__(self, n_embd: int, n_head: int, *, causal: bool = True, bias: bool = False) -> None:
+    def __init__(
+        self, n_embd: int, n_head: int, *, causal: bool = True, bias: bool = False
+    ) -> None:
         super().__init__()
         _check_sizes(n_embd, n_head)
         self.n_embd, self.n_head, self.head_size = n_embd, n_head, n_embd // n_head
@@ -218,7 +222,9 @@ class MultiHeadAttentionConcat(nn.Module):
 def _same_bias(name: str, a: torch.Tensor | None, b: torch.Tensor | None) -> None:
     if (a is None) != (b is None):
         has, lacks = ("source", "destination") if a is not None else ("destination", "source")
-        raise ValueError(f"{name}: the {has} has a bias but the {lacks} does not; build both with the same bias=")
+        raise ValueError(
+            f"{name}: the {has} has a bias but the {lacks} does not; build both with the same bias="
+        )
 
 
 @torch.no_grad()
@@ -268,9 +274,13 @@ def copy_fused_to_torch(src: MultiHeadAttention, dst: nn.MultiheadAttention) -> 
             f"destination has embed_dim={dst.embed_dim}, num_heads={dst.num_heads}"
         )
     if dst.in_proj_weight is None:
-        raise ValueError("the destination has separate q/k/v projections (kdim or vdim != embed_dim)")
+        raise ValueError(
+            "the destination has separate q/k/v projections (kdim or vdim != embed_dim)"
+        )
     if dst.bias_k is not None or dst.bias_v is not None:
-        raise ValueError("the destination has add_bias_kv=True, which the book's layer has no counterpart for")
+        raise ValueError(
+            "the destination has add_bias_kv=True, which the book's layer has no counterpart for"
+        )
     _same_bias("in_proj", src.c_attn.bias, dst.in_proj_bias)
     _same_bias("out_proj", src.c_proj.bias, dst.out_proj.bias)
     dst.in_proj_weight.copy_(src.c_attn.weight)

@@ -30,7 +30,12 @@ def _check_d_model_and_base(d_model: int, base: float) -> int:
             f"d_model must be even, got {d_model}: dimensions come in (sin, cos) pairs, "
             "one pair per frequency"
         )
-    if isinstance(base, bool) or not isinstance(base, numbers.Real) or not math.isfinite(base) or base <= 1:
+    if (
+        isinstance(base, bool)
+        or not isinstance(base, numbers.Real)
+        or not math.isfinite(base)
+        or base <= 1
+    ):
         raise ValueError(f"base must be a finite number > 1 (the paper uses 10000), got {base!r}")
     return d_model
 
@@ -107,7 +112,9 @@ class LearnedPositionalEmbedding(nn.Module):
     def __init__(self, block_size: int, n_embd: int) -> None:
         super().__init__()
         if block_size <= 0 or n_embd <= 0:
-            raise ValueError(f"block_size and n_embd must be positive, got {block_size} and {n_embd}")
+            raise ValueError(
+                f"block_size and n_embd must be positive, got {block_size} and {n_embd}"
+            )
         self.block_size = block_size
         self.weight = nn.Embedding(block_size, n_embd).weight
 

@@ -69,7 +69,9 @@ class CharTokenizer:
         """
         if isinstance(ids, torch.Tensor):
             if ids.dim() != 1:
-                raise ValueError(f"decode takes a 1-D sequence of ids, got shape {tuple(ids.shape)}")
+                raise ValueError(
+                    f"decode takes a 1-D sequence of ids, got shape {tuple(ids.shape)}"
+                )
             if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
                 raise ValueError(f"decode takes integer token ids, got a {ids.dtype} tensor")
             ids = ids.tolist()
@@ -80,6 +82,8 @@ class CharTokenizer:
                 raise ValueError(f"token ids must be integers, got {item!r}")
             i = operator.index(item)
             if not 0 <= i < self.vocab_size:
-                raise ValueError(f"token id {i} is outside the vocabulary (0..{self.vocab_size - 1})")
+                raise ValueError(
+                    f"token id {i} is outside the vocabulary (0..{self.vocab_size - 1})"
+                )
             out.append(self.chars[i])
         return "".join(out)

@@ -11,7 +11,9 @@ import torch
 from torch import nn
 
 
-def train_val_split(data: torch.Tensor, train_fraction: float = 0.9) -> tuple[torch.Tensor, torch.Tensor]:
+def train_val_split(
+    data: torch.Tensor, train_fraction: float = 0.9
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Split a 1-D token tensor into its first ``train_fraction`` and the rest (no shuffling:
     the validation text is a contiguous, unseen stretch of the corpus)."""
     if data.dim() != 1:
@@ -40,7 +42,9 @@ def get_batch(
     if data.dim() != 1:
         raise ValueError(f"expected a 1-D tensor of token ids, got shape {tuple(data.shape)}")
     if block_size <= 0 or batch_size <= 0:
-        raise ValueError(f"block_size and batch_size must be positive, got {block_size}, {batch_size}")
+        raise ValueError(
+            f"block_size and batch_size must be positive, got {block_size}, {batch_size}"
+        )
     if len(data) <= block_size:
         raise ValueError(f"need more than block_size={block_size} tokens, got {len(data)}")
     ix = torch.randint(len(data) - block_size, (batch_size,), generator=generator)
@@ -56,19 +60,19 @@ def estimate_loss(
     splits: dict[str, torch.Tensor],
     block_size: int,
     batch_size: int,
-    eval_iters: int,
+    eval_steps: int,
     *,
     seed: int = 0,
     device: torch.device | str = "cpu",
 ) -> dict[str, float]:
-    """Mean loss of ``model`` on ``eval_iters`` batches of each split.
+    """Mean loss of ``model`` on ``eval_steps`` batches of each split.
 
     The batches come from their own generator seeded with ``seed``, so every call sees the same
     batches (estimates are comparable across training) and the caller's random stream is untouched.
     ``model(x, y)`` must return ``(logits, loss)``.
     """
-    if eval_iters <= 0:
-        raise ValueError(f"eval_iters must be positive, got {eval_iters}")
+    if eval_steps <= 0:
+        raise ValueError(f"eval_steps must be positive, got {eval_steps}")
     if not splits:
         raise ValueError("splits is empty: pass e.g. {'train': train_data, 'val': val_data}")
     was_training = model.training
@@ -77,8 +81,8 @@ def estimate_loss(
     try:
         for name, data in splits.items():
             g = torch.Generator().manual_seed(seed)
-            losses = torch.empty(eval_iters)
-            for i in range(eval_iters):
+            losses = torch.empty(eval_steps)
+            for i in range(eval_steps):
                 x, y = get_batch(data, block_size, batch_size, generator=g, device=device)
                 _, loss = model(x, y)
                 losses[i] = loss.item()
@@ -88,7 +92,9 @@ def estimate_loss(
     return out
 
 
-def cosine_lr(step: int, *, max_lr: float, warmup_steps: int, total_steps: int, min_lr: float = 0.0) -> float:
+def cosine_lr(
+    step: int, *, max_lr: float, warmup_steps: int, total_steps: int, min_lr: float = 0.0
+) -> float:
     """Linear warm-up to ``max_lr`` over ``warmup_steps``, then cosine decay to ``min_lr`` at ``total_steps``.
 
     Step ``s < warmup_steps`` gets ``max_lr * (s + 1) / warmup_steps`` (so the last warm-up step and
@@ -97,7 +103,9 @@ def cosine_lr(step: int, *, max_lr: float, warmup_steps: int, total_steps: int, 
     if step < 0:
         raise ValueError(f"step must be >= 0, got {step}")
     if warmup_steps < 0 or total_steps < 0:
-        raise ValueError(f"warmup_steps and total_steps must be >= 0, got {warmup_steps}, {total_steps}")
+        raise ValueError(
+            f"warmup_steps and total_steps must be >= 0, got {warmup_steps}, {total_steps}"
+        )
     if not 0.0 <= min_lr <= max_lr:
         raise ValueError(f"need 0 <= min_lr <= max_lr, got min_lr={min_lr}, max_lr={max_lr}")
     if step < warmup_steps:
@@ -110,28 +118,39 @@ def cosine_lr(step: int, *, max_lr: float, warmup_steps: int, total_steps: int, 
 
 @dataclass
 class TrainConfig:
-    """Hyper-parameters of :func:`train`."""
+    """Hyper-parameters of :func:`train`.
 
-    max_iters: int = 2000
-    batch_size: int = 32
+    The defaults are the book's CPU recipe for the default :class:`helpers.model.GPTConfig`
+    (chapter 8 trains with them; ``bench/train_gpt.py`` measures them; ``bench/README.md``
+    says how they were chosen): batch 12 windows of 64 characters, AdamW with weight decay 0.1,
+    100 warm-up steps to a learning rate of 5e-3, cosine decay to 5e-5, gradients clipped to
+    norm 1.
+    """
+
+    max_steps: int = 10_800
+    batch_size: int = 12
     block_size: int = 64
-    max_lr: float = 1e-3
-    min_lr: float = 1e-4
-    warmup_iters: int = 100
+    max_lr: float = 5e-3
+    min_lr: float = 5e-5
+    warmup_steps: int = 100
     weight_decay: float = 0.1
     grad_clip: float = 1.0
-    eval_interval: int = 250
-    eval_iters: int = 20
+    eval_interval: int = 900
+    eval_steps: int = 20
     seed: int = 1337
 
     def __post_init__(self) -> None:
-        for name in ("batch_size", "block_size", "eval_interval", "eval_iters"):
+        for name in ("batch_size", "block_size", "eval_interval", "eval_steps"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        if self.max_iters < 0 or self.warmup_iters < 0:
-            raise ValueError(f"max_iters and warmup_iters must be >= 0, got {self.max_iters}, {self.warmup_iters}")
+        if self.max_steps < 0 or self.warmup_steps < 0:
+            raise ValueError(
+                f"max_steps and warmup_steps must be >= 0, got {self.max_steps}, {self.warmup_steps}"
+            )
         if not 0.0 <= self.min_lr <= self.max_lr:
-            raise ValueError(f"need 0 <= min_lr <= max_lr, got min_lr={self.min_lr}, max_lr={self.max_lr}")
+            raise ValueError(
+                f"need 0 <= min_lr <= max_lr, got min_lr={self.min_lr}, max_lr={self.max_lr}"
+            )
 
 
 @dataclass
@@ -141,7 +160,6 @@ class History:
     steps: list[int] = field(default_factory=list)
     train_loss: list[float] = field(default_factory=list)
     val_loss: list[float] = field(default_factory=list)
-    iters_done: int = 0
     seconds: float = 0.0
 
 
@@ -195,27 +213,33 @@ def train(
     history = History()
 
     def evaluate(step: int) -> None:
-        losses = estimate_loss(model, splits, config.block_size, config.batch_size, config.eval_iters, device=device)
+        losses = estimate_loss(
+            model, splits, config.block_size, config.batch_size, config.eval_steps, device=device
+        )
         history.steps.append(step)
         history.train_loss.append(losses["train"])
         history.val_loss.append(losses["val"])
 
     model.train()
     start = time.perf_counter()
-    done = 0
-    for step in range(config.max_iters):
+    for step in range(config.max_steps):
         if step % config.eval_interval == 0:
             evaluate(step)
-        lr = cosine_lr(step, max_lr=config.max_lr, warmup_steps=config.warmup_iters,
-                       total_steps=config.max_iters, min_lr=config.min_lr)
-        x, y = get_batch(train_data, config.block_size, config.batch_size, generator=g, device=device)
+        lr = cosine_lr(
+            step,
+            max_lr=config.max_lr,
+            warmup_steps=config.warmup_steps,
+            total_steps=config.max_steps,
+            min_lr=config.min_lr,
+        )
+        x, y = get_batch(
+            train_data, config.block_size, config.batch_size, generator=g, device=device
+        )
         train_step(model, optimizer, x, y, lr=lr, grad_clip=config.grad_clip)
-        done = step + 1
         if progress is not None:
             progress(1)
-    history.iters_done = done
     history.seconds = time.perf_counter() - start
-    evaluate(history.iters_done)
+    evaluate(config.max_steps)
     return history
 
 
@@ -224,5 +248,8 @@ def make_adamw(model: nn.Module, *, lr: float, weight_decay: float) -> torch.opt
     LayerNorm gains: shrinking those towards zero has no regularising purpose."""
     decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
-    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    groups = [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
     return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.99))
