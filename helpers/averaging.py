@@ -1,5 +1,7 @@
 """The averaging trick: every token becomes the mean of itself and the tokens before it.
 
+Defined in chapter 1, "The averaging trick".
+
 Three ways to compute the same thing, in the order the book teaches them:
 
 * :func:`average_past_loop`: two explicit for-loops (clear, slow);
@@ -20,7 +22,8 @@ def _check_input(x: torch.Tensor) -> None:
         raise ValueError(f"x must be a torch.Tensor of shape (B, T, C), got {type(x).__name__}")
     if x.dim() != 3:
         raise ValueError(
-            f"x must have shape (B, T, C) (batch, time, channels), got {x.dim()}-D shape {tuple(x.shape)}; "
+            "x must have shape (B, T, C) (batch, time, channels), "
+            f"got {x.dim()}-D shape {tuple(x.shape)}; "
             "add a batch dimension with x.unsqueeze(0) for a single sequence"
         )
     if x.shape[1] == 0:
@@ -34,7 +37,7 @@ def _check_input(x: torch.Tensor) -> None:
 def uniform_causal_weights(
     T: int, *, dtype: torch.dtype = torch.float32, device: torch.device | str | None = None
 ) -> torch.Tensor:
-    """The ``(T, T)`` averaging matrix: row ``t`` holds ``1/(t+1)`` in columns ``0..t`` and ``0`` after.
+    """The ``(T, T)`` averaging matrix: row ``t`` holds ``1/(t+1)`` in columns ``0..t``, then ``0``.
 
     Multiplying it with a ``(B, T, C)`` tensor averages the past of every position. Every row sums
     to 1 and every entry above the diagonal is exactly 0.

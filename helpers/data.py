@@ -1,5 +1,8 @@
 """Find, download and verify the Tiny Shakespeare text.
 
+Defined in "Check your setup", the page before chapter 1; used from chapter 7 ("Tiny Shakespeare
+and a bigram model") on.
+
 Lookup order:
 
 1. the file named by the environment variable ``TINYSHAKESPEARE_PATH``;
@@ -119,8 +122,9 @@ def tinyshakespeare_path(
         data = _fetch(url, timeout)
     except (urllib.error.URLError, OSError) as err:
         raise DatasetError(
-            f"Could not download Tiny Shakespeare from {url} ({err}). If this machine is offline, "
-            f"download the file elsewhere and set {PATH_ENV_VAR} to its path, or copy it to {cache}."
+            f"Could not download Tiny Shakespeare from {url} ({err}). If this machine is "
+            f"offline, download the file elsewhere and set {PATH_ENV_VAR} to its path, "
+            f"or copy it to {cache}."
         ) from err
     digest = sha256_of(data)
     if digest != expected_sha256:

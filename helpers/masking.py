@@ -21,9 +21,9 @@ def causal_mask(
     position ``T_past + i`` and sees keys ``0 .. T_past + i``. This rectangular form is what a
     KV cache needs when several new tokens are processed at once.
 
-    This is the convention of ``F.scaled_dot_product_attention``'s boolean ``attn_mask``. (It is
-    the opposite of ``nn.MultiheadAttention``'s boolean ``attn_mask``, where ``True`` means *hidden*:
-    pass ``~causal_mask(T)`` there.)
+    This is the convention of ``F.scaled_dot_product_attention``'s boolean ``attn_mask``. (It
+    is the opposite of ``nn.MultiheadAttention``'s boolean ``attn_mask``, where ``True`` means
+    *hidden*: pass ``~causal_mask(T)`` there.)
 
     Raises:
         ValueError: if ``T`` is not a positive int or ``T_past`` is not an int ``>= 0``.

@@ -267,6 +267,57 @@ def test_head_rejects_wrong_x_shape(bad_shape: tuple) -> None:
         head(torch.randn(bad_shape))
 
 
-def test_head_rejects_non_positive_sizes() -> None:
-    with pytest.raises(ValueError, match=r"n_embd and head_size must be positive"):
-        Head(0, 4)
+@pytest.mark.parametrize(
+    "args", [(0, 4), (8, 0), (8.0, 2), (8, 2.0), (True, 2), ("8", 2)], ids=repr
+)
+def test_head_rejects_sizes_that_are_not_positive_ints(args: tuple) -> None:
+    with pytest.raises(ValueError, match=r"(n_embd|head_size) must be a positive int"):
+        Head(*args)
+
+
+def test_head_rejects_a_bad_block_size_or_dropout() -> None:
+    with pytest.raises(ValueError, match=r"block_size must be a positive int"):
+        Head(8, 2, block_size=0)
+    for p in (-0.1, 1.0, "0.1"):
+        with pytest.raises(ValueError, match=r"dropout must be a probability in \[0, 1\)"):
+            Head(8, 2, dropout=p)
+
+
+def test_head_with_block_size_registers_the_mask_as_a_buffer() -> None:
+    torch.manual_seed(4)
+    with_buffer = Head(8, 4, block_size=6)
+    without = Head(8, 4)
+    without.load_state_dict(with_buffer.state_dict())  # the buffer is not saved: same keys
+    assert "mask" in dict(with_buffer.named_buffers())
+    assert "mask" not in with_buffer.state_dict()
+    assert torch.equal(with_buffer.mask, torch.ones(6, 6).tril().bool())
+    for T in (1, 4, 6):  # shorter sequences use the top-left corner of the buffer
+        x = torch.randn(2, T, 8)
+        assert_close(with_buffer(x), without(x))
+    with pytest.raises(ValueError, match=r"longer than block_size=6"):
+        with_buffer(torch.randn(1, 7, 8))
+    assert Head(8, 4, causal=False, block_size=6).mask is None  # no mask to store
+
+
+def test_head_dropout_acts_in_training_only() -> None:
+    torch.manual_seed(5)
+    head = Head(8, 4, dropout=0.5)
+    x = torch.randn(2, 6, 8)
+    plain = Head(8, 4)
+    plain.load_state_dict(head.state_dict())
+    head.eval()
+    assert_close(head(x), plain(x))  # evaluation: no dropout at all
+    head.train()
+    out = head(x)
+    w = head.last_weights
+    dropped = w == 0
+    assert dropped[plain.last_weights > 0].any(), "some visible weights must be dropped"
+    # the surviving weights are the undropped ones scaled by 1 / (1 - p) = 2
+    assert_close(w[~dropped], 2 * plain.last_weights[~dropped])
+    assert_close(out, w @ head.value(x))
+
+
+def test_sdpa_dropout_probability_is_checked() -> None:
+    q = k = v = torch.randn(4, 8)
+    with pytest.raises(ValueError, match=r"dropout_p must be a probability"):
+        scaled_dot_product_attention(q, k, v, dropout_p=1.0)

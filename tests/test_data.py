@@ -1,4 +1,4 @@
-"""The data helper: env var, cache, download, checksum and atomic writes (network always stubbed)."""
+"""The data helper: env var, cache, download, checksum, atomic writes (network always stubbed)."""
 
 from __future__ import annotations
 

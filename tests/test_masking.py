@@ -30,7 +30,8 @@ def test_mask_forms_describe_the_same_pattern(T: int) -> None:
     # Query i sees key j exactly when j <= i.
     i, j = torch.meshgrid(torch.arange(T), torch.arange(T), indexing="ij")
     assert torch.equal(allowed, j <= i)
-    # The "True = hidden" convention of masked_fill recipes and nn.MultiheadAttention is the complement.
+    # The "True = hidden" convention of masked_fill recipes and nn.MultiheadAttention is the
+    # complement.
     assert torch.equal(~allowed, torch.triu(torch.ones(T, T), diagonal=1).bool())
     additive = additive_causal_mask(T)
     assert torch.equal(additive == 0, allowed)
@@ -130,3 +131,23 @@ def test_apply_causal_mask_needs_square_scores(shape) -> None:
         ValueError, match=r"a causal mask needs square \(\.\.\., T, T\) scores, got shape"
     ):
         apply_causal_mask(torch.zeros(shape))
+
+
+def test_rectangular_mask_for_new_tokens_after_cached_ones() -> None:
+    # 2 new queries after 3 cached keys: query i sits at position 3 + i.
+    expected = torch.tensor(
+        [
+            [True, True, True, True, False],
+            [True, True, True, True, True],
+        ]
+    )
+    assert torch.equal(causal_mask(2, T_past=3), expected)
+    # The last T rows of the full square mask, whatever the split between past and new.
+    for T_past in range(5):
+        assert torch.equal(causal_mask(5 - T_past, T_past=T_past), causal_mask(5)[T_past:])
+
+
+@pytest.mark.parametrize("T_past", [-1, 1.0, True])
+def test_T_past_must_be_a_non_negative_int(T_past) -> None:
+    with pytest.raises(ValueError, match=r"T_past must be an int >= 0"):
+        causal_mask(3, T_past=T_past)
