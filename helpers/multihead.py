@@ -1,5 +1,8 @@
 """Multi-head attention, in two equivalent forms, and weight copies between them and PyTorch.
 
+Defined in chapter 5, "Multi-head and cross-attention"; the key/value cache is used in chapter 9,
+"The cost of attention and fast generation".
+
 ``MultiHeadAttentionConcat`` is the form that is easiest to read: a list of independent
 ``helpers.attention.Head`` modules whose outputs are concatenated, then an output projection.
 
@@ -15,7 +18,6 @@ book (and the tests) can check that they compute the same function.
 
 from __future__ import annotations
 
-import numbers
 from dataclasses import dataclass
 
 import torch
@@ -24,17 +26,19 @@ from torch import nn
 
 from helpers.attention import Head, scaled_dot_product_attention
 from helpers.masking import causal_mask
+from helpers.validation import check_positive_int
 
 
-def _check_sizes(n_embd: int, n_head: int) -> None:
-    for name, value in (("n_embd", n_embd), ("n_head", n_head)):
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
-            raise ValueError(f"{name} must be a positive int, got {value!r}")
+def _check_heads_divide(n_embd: int, n_head: int) -> tuple[int, int]:
+    """Check both sizes are positive ints and that ``n_head`` divides ``n_embd``."""
+    n_embd = check_positive_int("n_embd", n_embd, what="the token size C")
+    n_head = check_positive_int("n_head", n_head, what="the number of heads")
     if n_embd % n_head != 0:
         raise ValueError(
             f"n_embd={n_embd} is not divisible by n_head={n_head}: every head gets "
             f"head_size = n_embd // n_head channels, so n_head must divide n_embd"
         )
+    return n_embd, n_head
 
 
 @dataclass
@@ -51,7 +55,8 @@ class KVCache:
         """Add the new tokens' keys and values; return all keys and values so far."""
         if k.shape != v.shape or k.dim() != 4:
             raise ValueError(
-                f"keys and values must both be (B, n_head, T_new, head_size), got {tuple(k.shape)} and {tuple(v.shape)}"
+                "keys and values must both be (B, n_head, T_new, head_size), "
+                f"got {tuple(k.shape)} and {tuple(v.shape)}"
             )
         if self.k is None or self.v is None:
             self.k, self.v = k, v
@@ -91,7 +96,7 @@ class MultiHeadAttention(nn.Module):
         use_sdpa: bool = True,
     ) -> None:
         super().__init__()
-        _check_sizes(n_embd, n_head)
+        n_embd, n_head = _check_heads_divide(n_embd, n_head)
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {dropout}")
         self.n_embd, self.n_head, self.head_size = n_embd, n_head, n_embd // n_head
@@ -135,12 +140,14 @@ class MultiHeadAttention(nn.Module):
         else:
             if context.dim() != 3 or context.shape[0] != x.shape[0] or context.shape[-1] != C:
                 raise ValueError(
-                    f"context must have shape ({x.shape[0]}, T_ctx, {C}), got {tuple(context.shape)}"
+                    f"context must have shape ({x.shape[0]}, T_ctx, {C}), "
+                    f"got {tuple(context.shape)}"
                 )
             if kv_cache is not None:
                 raise ValueError(
                     "a kv_cache is for self-attention; for cross-attention the context's keys and "
-                    "values do not grow, so compute them once instead of appending them at every call"
+                    "values do not grow, so compute them once instead of appending them at every "
+                    "call"
                 )
             q = F.linear(x, W[:C], None if b is None else b[:C])
             k, v = F.linear(context, W[C:], None if b is None else b[C:]).split(C, dim=2)
@@ -196,7 +203,7 @@ class MultiHeadAttentionConcat(nn.Module):
         self, n_embd: int, n_head: int, *, causal: bool = True, bias: bool = False
     ) -> None:
         super().__init__()
-        _check_sizes(n_embd, n_head)
+        n_embd, n_head = _check_heads_divide(n_embd, n_head)
         self.n_embd, self.n_head, self.head_size = n_embd, n_head, n_embd // n_head
         self.causal = causal
         self.heads = nn.ModuleList(

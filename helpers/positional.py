@@ -1,5 +1,7 @@
 """Positional information for attention, which on its own cannot see word order.
 
+Defined in chapter 6, "Positional encoding".
+
 Two ways to give each token its position:
 
 * ``sinusoidal_encoding``: the fixed sines and cosines of Vaswani et al. (2017), with
@@ -15,16 +17,11 @@ import numbers
 import torch
 from torch import nn
 
-
-def _check_positive_int(name: str, value: int) -> int:
-    # numbers.Integral admits NumPy integers; bool is an int but never a size.
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value!r}")
-    return int(value)
+from helpers.validation import check_non_negative_int, check_positive_int
 
 
 def _check_d_model_and_base(d_model: int, base: float) -> int:
-    d_model = _check_positive_int("d_model", d_model)
+    d_model = check_positive_int("d_model", d_model, what="the model width")
     if d_model % 2:
         raise ValueError(
             f"d_model must be even, got {d_model}: dimensions come in (sin, cos) pairs, "
@@ -65,7 +62,7 @@ def sinusoidal_encoding(
         ValueError: if ``T`` or ``d_model`` is not a positive int, ``d_model`` is odd, or
             ``base`` is not a finite number greater than 1.
     """
-    T = _check_positive_int("T", T)
+    T = check_positive_int("T", T, what="the number of positions")
     d_model = _check_d_model_and_base(d_model, base)
     pos = torch.arange(T, dtype=torch.float64)[:, None]  # (T, 1)
     angles = pos * _frequencies(d_model, base)  # (T, d_model / 2)
@@ -81,12 +78,13 @@ def sinusoidal_shift_matrix(
     dtype: torch.dtype = torch.float32,
     device: torch.device | str | None = None,
 ) -> torch.Tensor:
-    """The ``(d_model, d_model)`` matrix ``M_k`` with ``PE[pos + k] = M_k @ PE[pos]`` for every ``pos``.
+    """The ``(d_model, d_model)`` rotation ``M_k`` with ``PE[pos + k] = M_k @ PE[pos]`` for all pos.
 
     It is block diagonal: the ``i``-th ``2 x 2`` block, acting on the pair ``(sin, cos)`` of
     frequency ``omega_i``, is the rotation ``[[cos(k omega_i), sin(k omega_i)],
     [-sin(k omega_i), cos(k omega_i)]]``. It depends on the offset ``k`` only, never on ``pos``.
-    For a ``(T, d_model)`` matrix of encodings (one per row) this reads ``PE[k:] = PE[:-k] @ M_k.T``.
+    For a ``(T, d_model)`` matrix of encodings (one per row) this reads
+    ``PE[k:] = PE[:-k] @ M_k.T``.
     ``k`` may be negative or zero (``M_0`` is the identity; ``M_{-k} = M_k.T``).
 
     Raises:
@@ -111,17 +109,20 @@ class LearnedPositionalEmbedding(nn.Module):
 
     def __init__(self, block_size: int, n_embd: int) -> None:
         super().__init__()
-        if block_size <= 0 or n_embd <= 0:
-            raise ValueError(
-                f"block_size and n_embd must be positive, got {block_size} and {n_embd}"
-            )
+        block_size = check_positive_int("block_size", block_size, what="the number of positions")
+        n_embd = check_positive_int("n_embd", n_embd, what="the token size C")
         self.block_size = block_size
         self.weight = nn.Embedding(block_size, n_embd).weight
 
     def forward(self, T: int, offset: int = 0) -> torch.Tensor:
-        """Embeddings of positions ``offset .. offset + T - 1``, shape ``(T, n_embd)``."""
-        if T <= 0 or offset < 0:
-            raise ValueError(f"need T > 0 and offset >= 0, got T={T}, offset={offset}")
+        """Embeddings of positions ``offset .. offset + T - 1``, shape ``(T, n_embd)``.
+
+        Raises:
+            ValueError: if ``T`` is not a positive int, ``offset`` is not an int ``>= 0``, or
+                ``offset + T`` exceeds ``block_size``.
+        """
+        T = check_positive_int("T", T, what="the number of positions")
+        offset = check_non_negative_int("offset", offset)
         if offset + T > self.block_size:
             raise ValueError(
                 f"positions up to {offset + T - 1} requested, but this model only has "

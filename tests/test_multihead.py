@@ -26,12 +26,11 @@ def torch_twin(fused: MultiHeadAttention) -> nn.MultiheadAttention:
     return mha.eval()
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("n_embd,n_head", CONFIGS)
-def test_concat_equals_fused(n_embd: int, n_head: int, causal: bool, bias: bool, seed: int) -> None:
-    torch.manual_seed(seed)
+def test_concat_equals_fused(n_embd: int, n_head: int, causal: bool, bias: bool) -> None:
+    torch.manual_seed(n_embd + n_head)
     concat = MultiHeadAttentionConcat(n_embd, n_head, causal=causal, bias=bias)
     fused = MultiHeadAttention(n_embd, n_head, causal=causal, bias=bias)
     copy_concat_to_fused(concat, fused)
@@ -69,14 +68,11 @@ def test_head_order_matters() -> None:
     assert not torch.allclose(swapped(x), fused(x))
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("n_embd,n_head", CONFIGS)
-def test_fused_equals_torch_multihead(
-    n_embd: int, n_head: int, causal: bool, bias: bool, seed: int
-) -> None:
-    torch.manual_seed(seed)
+def test_fused_equals_torch_multihead(n_embd: int, n_head: int, causal: bool, bias: bool) -> None:
+    torch.manual_seed(n_embd + n_head)
     fused = MultiHeadAttention(n_embd, n_head, causal=causal, bias=bias).eval()
     if bias:  # PyTorch initialises the biases to zero: make them matter
         with torch.no_grad():
@@ -91,12 +87,11 @@ def test_fused_equals_torch_multihead(
     assert_close(fused(x), y_ref)
 
 
-@pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("causal", [False, True])
-def test_cross_attention_matches_torch(causal: bool, bias: bool, seed: int) -> None:
+def test_cross_attention_matches_torch(causal: bool, bias: bool) -> None:
     """Queries from 6 tokens, keys and values from 8 others; ``causal`` is ignored."""
-    torch.manual_seed(seed)
+    torch.manual_seed(0)
     fused = MultiHeadAttention(12, 3, causal=causal, bias=bias).eval()
     if bias:
         with torch.no_grad():
@@ -119,24 +114,22 @@ def test_cross_attention_to_itself_is_self_attention() -> None:
     assert_close(fused(x, x), fused(x))
 
 
-@pytest.mark.parametrize("bias", [False, True])
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("chunks", [[1] * 7, [3, 1, 1, 2], [4, 3], [7]])
-def test_kv_cache_matches_full_forward(chunks: list[int], causal: bool, bias: bool) -> None:
-    torch.manual_seed(sum(chunks) + len(chunks))
-    attn = MultiHeadAttention(16, 4, causal=causal, bias=bias).eval()
-    x = torch.randn(2, sum(chunks), 16)
+def test_cached_chunk_weights_are_rows_of_the_full_weights(causal: bool) -> None:
+    """The explicit path with a cache: 3 new queries after 4 cached keys get the last 3 rows of
+    the full pass's weights (the rectangular causal mask; tests/test_kv_cache.py checks the
+    outputs). Without a causal mask, the new queries see every key, cached or new."""
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(16, 4, causal=causal).eval()
+    x = torch.randn(2, 7, 16)
+    attn(x, need_weights=True)
+    full_weights = attn.last_weights
     cache = KVCache()
-    pieces, start = [], 0
-    for n in chunks:
-        pieces.append(attn(x[:, start : start + n], kv_cache=cache, need_weights=True))
-        start += n
-    assert len(cache) == x.shape[1]
-    if causal:  # a causal layer sees the same past either way
-        assert_close(torch.cat(pieces, dim=1), attn(x))
-    else:  # non-causal: only the last chunk has seen every token
-        n = chunks[-1]
-        assert_close(pieces[-1], attn(x)[:, -n:])
+    attn(x[:, :4], kv_cache=cache)
+    last = attn(x[:, 4:], kv_cache=cache, need_weights=True)
+    assert attn.last_weights.shape == (2, 4, 3, 7)
+    assert_close(attn.last_weights, full_weights[:, :, 4:])
+    assert_close(last, attn(x)[:, 4:])
 
 
 def test_kv_cache_rejects_mismatched_keys() -> None:
