@@ -1,0 +1,196 @@
+"""Export a trained GPT to one small file that a web page and Python can both load.
+
+Defined in chapter 8, "Building and training a GPT".
+
+The file is JavaScript: one statement that assigns the model (configuration, vocabulary and
+weights) to the global ``AFS_GPT_MODEL``. A page includes it with a ``<script>`` tag, which works
+from ``file://`` with no network and no server (a page opened from disk cannot ``fetch()`` a local
+JSON file). The value assigned is plain JSON, so :func:`load_gpt` reads it back into a
+:class:`helpers.model.GPT`: the same file is a pretrained checkpoint a learner loads in seconds.
+
+Weights are stored as little-endian float16 (or float32), concatenated in ``state_dict`` order and
+base64-encoded; the tied LM head (``lm_head.weight`` is ``tok_emb.weight``) is stored once. A
+SHA-256 of the raw bytes lets :func:`load_gpt` refuse a truncated or edited file.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from helpers.model import GPT, GPTConfig
+from helpers.tokenizer import CharTokenizer
+
+FORMAT = "attention-from-scratch-gpt"
+VERSION = 1
+GLOBAL_NAME = "AFS_GPT_MODEL"
+_PREFIX = f"globalThis.{GLOBAL_NAME} = "
+_DTYPES = {"float16": np.dtype("<f2"), "float32": np.dtype("<f4")}
+# The LM head shares the token embedding's matrix (weight tying): stored once, under this name.
+_TIED = {"lm_head.weight": "tok_emb.weight"}
+
+
+def export_gpt(
+    model: GPT,
+    tokenizer: CharTokenizer,
+    path: str | Path,
+    *,
+    dtype: str = "float16",
+    description: str = "",
+) -> Path:
+    """Write ``model``'s configuration, vocabulary and weights to the JavaScript file ``path``.
+
+    Args:
+        model: the GPT to export (its weights are copied to the CPU; the model is not changed).
+        tokenizer: its character tokenizer (the vocabulary must match ``model.config.vocab_size``).
+        path: the file to write, conventionally ending in ``.js``.
+        dtype: ``"float16"`` (default; about 0.55 MB for the book's 0.2 M-parameter model) or
+            ``"float32"`` (exact, twice the size).
+        description: a line of text kept in the file (for example how the model was trained).
+
+    Returns:
+        The path written.
+
+    Raises:
+        ValueError: on an unknown ``dtype``, a tokenizer that does not match the model, a model
+            whose LM head is not tied to its token embedding, or a weight that float16 cannot hold
+            (larger than 65504 in magnitude, or not finite).
+    """
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
+    if not isinstance(model, GPT):
+        raise ValueError(f"export_gpt exports a helpers.model.GPT, got {type(model).__name__}")
+    if tokenizer.vocab_size != model.config.vocab_size:
+        raise ValueError(
+            f"tokenizer has {tokenizer.vocab_size} tokens but the model expects "
+            f"{model.config.vocab_size}"
+        )
+    if model.lm_head.weight is not model.tok_emb.weight:
+        raise ValueError("the model's lm_head.weight is not tied to tok_emb.weight")
+    np_dtype = _DTYPES[dtype]
+    tensors: list[dict] = []
+    chunks: list[bytes] = []
+    offset = 0
+    for name, tensor in model.state_dict().items():
+        if name in _TIED:
+            continue
+        values = tensor.detach().to("cpu", torch.float32).numpy()
+        limit = float(np.finfo(np_dtype).max)
+        if not np.isfinite(values).all() or np.abs(values).max(initial=0.0) > limit:
+            raise ValueError(
+                f"{name} has values that {dtype} cannot hold (largest magnitude "
+                f"{float(np.abs(values).max()):.3g}); export with dtype='float32'"
+            )
+        stored = values.astype(np_dtype)
+        raw = stored.tobytes()
+        tensors.append({"name": name, "shape": list(values.shape), "offset": offset})
+        chunks.append(raw)
+        offset += stored.size
+    data = b"".join(chunks)
+    payload = {
+        "format": FORMAT,
+        "version": VERSION,
+        "description": description,
+        "config": asdict(model.config),
+        "chars": "".join(tokenizer.chars),
+        "dtype": dtype,
+        "tied": _TIED,
+        "tensors": tensors,
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "data": base64.b64encode(data).decode("ascii"),
+    }
+    text = (
+        "// A character-level GPT exported by helpers.export.export_gpt (Attention from Scratch).\n"
+        "// Load it in a page with <script src=...>, or in Python with helpers.export.load_gpt.\n"
+        + _PREFIX
+        + json.dumps(payload, ensure_ascii=True, separators=(",", ":"))
+        + ";\n"
+    )
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def read_export(path: str | Path) -> dict:
+    """The JSON object stored in an exported file (configuration, vocabulary, encoded weights).
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: the file is not one :func:`export_gpt` wrote.
+    """
+    text = Path(path).read_text(encoding="utf-8", errors="replace")
+    start = text.find(_PREFIX)
+    if start < 0:
+        raise ValueError(f"{path} is not a file written by export_gpt (no {GLOBAL_NAME} found)")
+    body = text[start + len(_PREFIX) :].rstrip().removesuffix(";")
+    try:
+        payload = json.loads(body)
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path} is corrupt: its model JSON does not parse ({err})") from err
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise ValueError(f"{path} is not a file written by export_gpt (format is not {FORMAT!r})")
+    if payload.get("version") != VERSION:
+        raise ValueError(
+            f"{path} has format version {payload.get('version')!r}; this helper reads {VERSION}"
+        )
+    return payload
+
+
+def load_gpt(path: str | Path) -> tuple[GPT, CharTokenizer]:
+    """Rebuild the model and tokenizer that :func:`export_gpt` wrote to ``path``.
+
+    The model is returned in evaluation mode, in float32, on the CPU. Its weights equal the
+    exported ones up to the storage precision (float16 keeps 11 significant bits: a relative
+    rounding error of at most 2**-11, about 5e-4).
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: the file is not an export, or is truncated or corrupt (checksum, shapes,
+            configuration or vocabulary do not match).
+    """
+    payload = read_export(path)
+    try:
+        config = GPTConfig(**payload["config"])
+        tokenizer = CharTokenizer(list(payload["chars"]))
+        np_dtype = _DTYPES[payload["dtype"]]
+        data = base64.b64decode(payload["data"], validate=True)
+        if hashlib.sha256(data).hexdigest() != payload["sha256"]:
+            raise ValueError("the weights do not match their SHA-256 checksum")
+        flat = np.frombuffer(data, dtype=np_dtype).astype(np.float32)
+        model = GPT(config)
+        expected = {k: v for k, v in model.state_dict().items() if k not in payload["tied"]}
+        state: dict[str, torch.Tensor] = {}
+        for entry in payload["tensors"]:
+            name, shape, offset = entry["name"], tuple(entry["shape"]), entry["offset"]
+            n = int(np.prod(shape, dtype=np.int64))
+            if name not in expected or tuple(expected[name].shape) != shape:
+                raise ValueError(f"tensor {name} {shape} does not fit the configured model")
+            if offset < 0 or offset + n > flat.size:
+                raise ValueError(f"tensor {name} lies outside the stored weights")
+            state[name] = torch.from_numpy(flat[offset : offset + n].reshape(shape).copy())
+        missing = sorted(set(expected) - set(state))
+        if missing:
+            raise ValueError(f"weights missing for {missing}")
+        for tied, source in payload["tied"].items():
+            state[tied] = state[source]
+        model.load_state_dict(state)
+    except ValueError as err:
+        raise ValueError(f"{path} is corrupt or not a GPT export: {err}") from err
+    except (KeyError, TypeError, AttributeError, RuntimeError) as err:
+        raise ValueError(
+            f"{path} is corrupt or not a GPT export ({type(err).__name__}: {err})"
+        ) from err
+    if tokenizer.vocab_size != config.vocab_size:
+        raise ValueError(
+            f"{path} is corrupt: {tokenizer.vocab_size} characters for vocab_size "
+            f"{config.vocab_size}"
+        )
+    model.eval()
+    return model, tokenizer

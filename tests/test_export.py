@@ -1,0 +1,143 @@
+"""Tests of helpers.export: a GPT survives the round trip to the page's file and back."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from helpers.export import GLOBAL_NAME, export_gpt, load_gpt, read_export
+from helpers.model import GPT, GPTConfig
+from helpers.tokenizer import CharTokenizer
+
+CHARS = "\n !$&',-.3:;?ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+def small_model(seed: int = 0) -> tuple[GPT, CharTokenizer]:
+    torch.manual_seed(seed)
+    tok = CharTokenizer(CHARS)
+    model = GPT(GPTConfig(vocab_size=tok.vocab_size, block_size=16, n_layer=2, n_head=2, n_embd=16))
+    # Larger weights than the 0.02 init, so the logits are not all near zero (a stricter test).
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    return model.eval(), tok
+
+
+@pytest.fixture
+def exported(tmp_path: Path) -> tuple[GPT, CharTokenizer, Path]:
+    model, tok = small_model()
+    path = export_gpt(model, tok, tmp_path / "m.js", description="test model")
+    return model, tok, path
+
+
+def test_file_is_a_script_assigning_one_global(exported) -> None:
+    _, _, path = exported
+    text = path.read_text()
+    assert f"globalThis.{GLOBAL_NAME} = {{" in text
+    assert text.rstrip().endswith("};")
+    assert text.isascii()
+    payload = read_export(path)
+    assert payload["config"]["n_embd"] == 16
+    assert payload["chars"] == CHARS
+    assert payload["description"] == "test model"
+    assert "lm_head.weight" not in [t["name"] for t in payload["tensors"]]  # tied: stored once
+
+
+def test_round_trip_float16_logits_within_rounding(exported) -> None:
+    model, tok, path = exported
+    loaded, loaded_tok = load_gpt(path)
+    assert loaded_tok.chars == tok.chars
+    assert loaded.config == model.config
+    assert not loaded.training
+    assert loaded.lm_head.weight is loaded.tok_emb.weight
+    idx = torch.tensor([tok.encode("First Citizen:\nB")])
+    with torch.no_grad():
+        want, _ = model(idx)
+        got, _ = loaded(idx)
+    # Every weight is rounded to float16 (relative error <= 2**-11); through two layers these
+    # logits (of size ~4) moved by 3e-3 when this test was written. A float32 export gives 0.
+    err = (got - want).abs().max().item()
+    assert 0 < err < 1e-2, err
+    # The loaded weights are exactly the float16 rounding of the originals.
+    for name, p in model.state_dict().items():
+        torch.testing.assert_close(
+            loaded.state_dict()[name], p.half().float(), rtol=0, atol=0, msg=name
+        )
+
+
+def test_round_trip_float32_is_exact(tmp_path: Path) -> None:
+    model, tok = small_model(1)
+    loaded, _ = load_gpt(export_gpt(model, tok, tmp_path / "m.js", dtype="float32"))
+    idx = torch.tensor([tok.encode("To be or not")])
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(idx)[0], model(idx)[0], rtol=0, atol=0)
+
+
+def test_default_model_file_is_under_one_megabyte(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = GPT(GPTConfig())
+    path = export_gpt(model, CharTokenizer(CHARS), tmp_path / "m.js")
+    assert path.stat().st_size < 1_000_000, path.stat().st_size
+
+
+def test_export_refuses_bad_input(tmp_path: Path) -> None:
+    model, tok = small_model()
+    with pytest.raises(ValueError, match="dtype"):
+        export_gpt(model, tok, tmp_path / "m.js", dtype="int8")
+    with pytest.raises(ValueError, match="tokenizer has 3 tokens"):
+        export_gpt(model, CharTokenizer("abc"), tmp_path / "m.js")
+    with torch.no_grad():
+        model.ln_f.weight[0] = 1e6  # float16 holds at most 65504
+    with pytest.raises(ValueError, match="ln_f.weight.*float32"):
+        export_gpt(model, tok, tmp_path / "m.js")
+
+
+def corrupt(path: Path, edit) -> Path:
+    text = path.read_text()
+    prefix, _, body = text.partition(f"{GLOBAL_NAME} = ")
+    payload = json.loads(body.rstrip().removesuffix(";"))
+    edit(payload)
+    path.write_text(prefix + f"{GLOBAL_NAME} = " + json.dumps(payload) + ";\n")
+    return path
+
+
+def flip_one_weight(p: dict) -> None:
+    data = list(p["data"])
+    data[100] = "A" if data[100] != "A" else "B"
+    p["data"] = "".join(data)
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (flip_one_weight, "SHA-256"),
+        (lambda p: p.update(data=p["data"][:-8]), "SHA-256|base64|Incorrect padding"),
+        (lambda p: p.update(chars=p["chars"][:-1]), "vocab|characters|tok_emb"),
+        (lambda p: p["config"].update(n_embd=32), "does not fit"),
+        (lambda p: p["tensors"].pop(), "missing"),
+        (lambda p: p.update(version=99), "version"),
+        (lambda p: p.update(format="other"), "not a file written by export_gpt"),
+        (lambda p: p.pop("config"), "corrupt"),
+    ],
+)
+def test_load_refuses_corrupt_files(exported, edit, message: str) -> None:
+    _, _, path = exported
+    with pytest.raises(ValueError, match=message):
+        load_gpt(corrupt(path, edit))
+
+
+def test_load_refuses_truncated_and_foreign_files(exported, tmp_path: Path) -> None:
+    _, _, path = exported
+    text = path.read_text()
+    path.write_text(text[: len(text) // 2])
+    with pytest.raises(ValueError, match="does not parse"):
+        load_gpt(path)
+    other = tmp_path / "other.js"
+    other.write_text("console.log('hello');\n")
+    with pytest.raises(ValueError, match="not a file written by export_gpt"):
+        load_gpt(other)
+    with pytest.raises(FileNotFoundError):
+        load_gpt(tmp_path / "missing.js")
