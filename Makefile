@@ -85,7 +85,7 @@ nbval: install
 
 # Re-execute one notebook in place after editing it: make execute NB=book/part1/averaging.ipynb
 execute: install
-	$(BIN)/jupyter nbconvert --to notebook --execute --inplace \
+	IPYTHONDIR=$(CURDIR)/tests/ipython $(BIN)/jupyter nbconvert --to notebook --execute --inplace \
 	  --ExecutePreprocessor.record_timing=False --ExecutePreprocessor.timeout=900 $(NB)
 
 # Open the notebooks in JupyterLab (installed by requirements.txt).

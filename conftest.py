@@ -9,9 +9,13 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+
+# Kernels started by nbval inherit this: a quiet IPython profile (see its config file).
+os.environ.setdefault("IPYTHONDIR", str(Path(__file__).parent / "tests" / "ipython"))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
