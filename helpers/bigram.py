@@ -1,5 +1,7 @@
 """The bigram language model: the next token's scores are read off a table, row = current token.
 
+Defined in chapter 7, "Tiny Shakespeare and a bigram model".
+
 It is the baseline every later model is compared with. A token sees only itself, never the tokens
 before it, so its best possible loss is the conditional entropy of the next token given the current
 one, which the count table of the training text gives exactly.
@@ -10,6 +12,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from helpers.validation import check_non_negative_int, check_positive_int
 
 
 class BigramLanguageModel(nn.Module):
@@ -24,9 +28,7 @@ class BigramLanguageModel(nn.Module):
 
     def __init__(self, vocab_size: int) -> None:
         super().__init__()
-        if vocab_size <= 0:
-            raise ValueError(f"vocab_size must be positive, got {vocab_size}")
-        self.vocab_size = vocab_size
+        self.vocab_size = check_positive_int("vocab_size", vocab_size)
         self.token_embedding_table = nn.Embedding(vocab_size, vocab_size)
 
     def _check_ids(self, name: str, ids: torch.Tensor) -> None:
@@ -66,16 +68,17 @@ class BigramLanguageModel(nn.Module):
             raise ValueError(
                 f"targets must have the shape of idx {tuple(idx.shape)}, got {tuple(targets.shape)}"
             )
-        B, T, V = logits.shape
-        # cross_entropy wants the classes in dimension 1: flatten (B, T, V) to (B*T, V).
-        loss = F.cross_entropy(logits.reshape(B * T, V), targets.reshape(B * T).long())
+        B, T, vocab_size = logits.shape
+        # cross_entropy wants the classes in dimension 1: flatten (B, T, vocab_size) to
+        # (B * T, vocab_size).
+        loss = F.cross_entropy(logits.reshape(B * T, vocab_size), targets.reshape(B * T).long())
         return logits, loss
 
     @torch.no_grad()
     def generate(
         self, idx: torch.Tensor, max_new_tokens: int, generator: torch.Generator | None = None
     ) -> torch.Tensor:
-        """Append ``max_new_tokens`` sampled tokens to ``idx`` (``(B, T)``, ``T >= 1``) and return it.
+        """Append ``max_new_tokens`` sampled tokens to ``idx`` (``(B, T)``, ``T >= 1``); return it.
 
         Only the last token of the context matters to a bigram model, so each step looks up just
         that one. Pass a seeded ``torch.Generator`` for reproducible samples.
@@ -83,8 +86,7 @@ class BigramLanguageModel(nn.Module):
         self._check_ids("idx", idx)
         if idx.shape[1] == 0:
             raise ValueError("idx must hold at least one token to continue from, got T=0")
-        if max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+        check_non_negative_int("max_new_tokens", max_new_tokens)
         idx = idx.long()
         for _ in range(max_new_tokens):
             logits, _ = self(idx[:, -1:])  # (B, 1, vocab_size)

@@ -1,4 +1,6 @@
-"""A small GPT: token + position embeddings, a stack of pre-LayerNorm transformer blocks, an LM head.
+"""A small GPT: token and position embeddings, pre-LayerNorm transformer blocks, an LM head.
+
+Defined in chapter 8, "Building and training a GPT".
 
 The shape names follow the book: ``B`` batch, ``T`` time (tokens), ``C`` channels (``n_embd``).
 Attention is ``helpers.multihead.MultiHeadAttention`` (the layer Part I builds), here with
@@ -19,14 +21,25 @@ from torch import nn
 from helpers.multihead import KVCache, MultiHeadAttention
 from helpers.positional import LearnedPositionalEmbedding
 from helpers.tokenizer import CharTokenizer
+from helpers.validation import check_non_negative_int, check_positive_int
 
 
 @dataclass
 class GPTConfig:
-    """The model's size. The defaults are the configuration the book trains on a CPU: nanoGPT's
-    CPU recipe for Shakespeare characters at half its width (``n_embd`` 64 instead of 128), which
-    trains on more than twice as many characters in the same time and ends lower within a 3-minute
-    budget (``bench/README.md`` records how it was chosen)."""
+    """The model's size. The defaults are the model chapter 8 trains on a CPU: 4 layers of 4
+    heads, ``n_embd`` 64, a context of 64 characters, the 65-character vocabulary of Tiny
+    Shakespeare, no dropout and no biases (201,344 parameters without the position embeddings).
+    ``bench/README.md`` reports how this size was chosen and what it reaches.
+
+    Args:
+        vocab_size: number of tokens.
+        block_size: longest context, in tokens (the number of learned positions).
+        n_layer: number of transformer blocks.
+        n_head: attention heads per block; must divide ``n_embd``.
+        n_embd: channels ``C`` of the residual stream.
+        dropout: dropout probability on embeddings, attention weights and residual branches.
+        bias: whether linear layers and LayerNorms have biases.
+    """
 
     vocab_size: int = 65
     block_size: int = 64
@@ -38,8 +51,7 @@ class GPTConfig:
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+            check_positive_int(name, getattr(self, name))
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}")
         if not 0.0 <= self.dropout < 1.0:
@@ -98,7 +110,8 @@ class GPT(nn.Module):
         self.lm_head.weight = self.tok_emb.weight
         self.apply(self._init_weights)
         # GPT-2 initialisation: every block adds its output projections to the residual stream,
-        # so scale them by 1/sqrt(2 * n_layer) to keep the stream's variance from growing with depth.
+        # so scale them by 1/sqrt(2 * n_layer): the stream's variance then does not grow with
+        # depth.
         for name, p in self.named_parameters():
             if name.endswith("c_proj.weight"):
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
@@ -115,10 +128,29 @@ class GPT(nn.Module):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
 
     def num_params(self, non_embedding: bool = True) -> int:
-        """Parameter count; by default without the position embeddings (the token embedding is
-        shared with the LM head, so it counts as a weight of the head)."""
+        """Parameter count; by default without the position embeddings, nanoGPT's convention (the
+        token embedding is shared with the LM head, so it stays in as a weight of the head).
+        ``non_embedding=False`` counts every parameter once."""
         n = sum(p.numel() for p in self.parameters())
         return n - self.pos_emb.weight.numel() if non_embedding else n
+
+    def _check_ids(self, idx: torch.Tensor, name: str = "idx") -> None:
+        """Raise a clear ``ValueError`` unless ``idx`` is a ``(B, T)`` tensor of ids in the
+        vocabulary."""
+        if not isinstance(idx, torch.Tensor):
+            raise ValueError(
+                f"{name} must be a (B, T) tensor of token ids, got {type(idx).__name__}"
+            )
+        if idx.dim() != 2:
+            hint = f" (for one sequence, use {name}[None])" if idx.dim() == 1 else ""
+            raise ValueError(f"{name} must be (B, T) token ids, got shape {tuple(idx.shape)}{hint}")
+        if idx.dtype.is_floating_point or idx.dtype.is_complex or idx.dtype == torch.bool:
+            raise ValueError(f"{name} must hold integer token ids, got dtype {idx.dtype}")
+        outside = (idx < 0) | (idx >= self.config.vocab_size)
+        if outside.any():
+            raise ValueError(
+                f"token ids must be in 0..{self.config.vocab_size - 1}, got {int(idx[outside][0])}"
+            )
 
     def forward(
         self,
@@ -144,19 +176,14 @@ class GPT(nn.Module):
             ValueError: on a context longer than ``block_size``, ids outside the vocabulary, or
                 targets whose shape differs from ``idx``.
         """
-        if idx.dim() != 2:
-            raise ValueError(f"idx must be (B, T) token ids, got shape {tuple(idx.shape)}")
+        self._check_ids(idx)
         B, T = idx.shape
         offset = len(kv_caches[0]) if kv_caches else 0
         if offset + T > self.config.block_size:
             raise ValueError(
-                f"context of {offset + T} tokens is longer than block_size={self.config.block_size}; "
-                f"crop it to the last {self.config.block_size} tokens (generate() does this)"
-            )
-        outside = (idx < 0) | (idx >= self.config.vocab_size)
-        if outside.any():
-            raise ValueError(
-                f"token ids must be in 0..{self.config.vocab_size - 1}, got {int(idx[outside][0])}"
+                f"context of {offset + T} tokens is longer than "
+                f"block_size={self.config.block_size}; crop it to the last "
+                f"{self.config.block_size} tokens (generate() does this)"
             )
         if targets is not None and targets.shape != idx.shape:
             raise ValueError(
@@ -197,11 +224,17 @@ class GPT(nn.Module):
         to slide, every token's position changes, so the cache is rebuilt from the cropped window
         at each step (exactly what the uncached path computes).
         """
-        if max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
+        self._check_ids(idx)
+        check_non_negative_int("max_new_tokens", max_new_tokens)
+        if idx.shape[1] == 0:
+            raise ValueError("idx must hold at least one token to continue from, got T=0")
         if temperature <= 0:
             raise ValueError(f"temperature must be positive, got {temperature}")
-        if top_k is not None and not 1 <= top_k <= self.config.vocab_size:
+        if top_k is not None and (
+            isinstance(top_k, bool)
+            or not isinstance(top_k, int)
+            or not 1 <= top_k <= self.config.vocab_size
+        ):
             raise ValueError(f"top_k must be in 1..{self.config.vocab_size}, got {top_k}")
         was_training = self.training
         self.eval()
@@ -229,7 +262,8 @@ def save_checkpoint(path: str | Path, model: GPT, tokenizer: CharTokenizer) -> N
     """Save the weights, the configuration and the vocabulary: everything needed to sample."""
     if tokenizer.vocab_size != model.config.vocab_size:
         raise ValueError(
-            f"tokenizer has {tokenizer.vocab_size} tokens but the model expects {model.config.vocab_size}"
+            f"tokenizer has {tokenizer.vocab_size} tokens but the model expects "
+            f"{model.config.vocab_size}"
         )
     torch.save(
         {

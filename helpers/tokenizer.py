@@ -1,4 +1,7 @@
-"""A character-level tokenizer: every distinct character is one token."""
+"""A character-level tokenizer: every distinct character is one token.
+
+Defined in chapter 7, "Tiny Shakespeare and a bigram model".
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""Batches, loss estimates, the learning-rate schedule and the training loop for language models."""
+"""Batches, loss estimates, the learning-rate schedule and the training loop for language models.
+
+Defined in chapter 7, "Tiny Shakespeare and a bigram model" (the split, batches and loss
+estimates); the recipe and the training loop in chapter 8, "Building and training a GPT".
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,8 @@ from dataclasses import dataclass, field
 
 import torch
 from torch import nn
+
+from helpers.validation import check_non_negative_int, check_positive_int
 
 
 def train_val_split(
@@ -41,10 +47,8 @@ def get_batch(
     """
     if data.dim() != 1:
         raise ValueError(f"expected a 1-D tensor of token ids, got shape {tuple(data.shape)}")
-    if block_size <= 0 or batch_size <= 0:
-        raise ValueError(
-            f"block_size and batch_size must be positive, got {block_size}, {batch_size}"
-        )
+    check_positive_int("block_size", block_size)
+    check_positive_int("batch_size", batch_size)
     if len(data) <= block_size:
         raise ValueError(f"need more than block_size={block_size} tokens, got {len(data)}")
     ix = torch.randint(len(data) - block_size, (batch_size,), generator=generator)
@@ -71,8 +75,7 @@ def estimate_loss(
     batches (estimates are comparable across training) and the caller's random stream is untouched.
     ``model(x, y)`` must return ``(logits, loss)``.
     """
-    if eval_steps <= 0:
-        raise ValueError(f"eval_steps must be positive, got {eval_steps}")
+    check_positive_int("eval_steps", eval_steps)
     if not splits:
         raise ValueError("splits is empty: pass e.g. {'train': train_data, 'val': val_data}")
     was_training = model.training
@@ -95,10 +98,12 @@ def estimate_loss(
 def cosine_lr(
     step: int, *, max_lr: float, warmup_steps: int, total_steps: int, min_lr: float = 0.0
 ) -> float:
-    """Linear warm-up to ``max_lr`` over ``warmup_steps``, then cosine decay to ``min_lr`` at ``total_steps``.
+    """Linear warm-up to ``max_lr`` over ``warmup_steps``, then cosine decay to ``min_lr``
+    at ``total_steps``.
 
-    Step ``s < warmup_steps`` gets ``max_lr * (s + 1) / warmup_steps`` (so the last warm-up step and
-    step ``warmup_steps`` both get ``max_lr``); from ``total_steps`` on the rate stays at ``min_lr``.
+    Step ``s < warmup_steps`` gets ``max_lr * (s + 1) / warmup_steps`` (so the last warm-up step
+    and step ``warmup_steps`` both get ``max_lr``); from ``total_steps`` on the rate stays at
+    ``min_lr``.
     """
     if step < 0:
         raise ValueError(f"step must be >= 0, got {step}")
@@ -141,12 +146,9 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "block_size", "eval_interval", "eval_steps"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
-        if self.max_steps < 0 or self.warmup_steps < 0:
-            raise ValueError(
-                f"max_steps and warmup_steps must be >= 0, got {self.max_steps}, {self.warmup_steps}"
-            )
+            check_positive_int(name, getattr(self, name))
+        for name in ("max_steps", "warmup_steps"):
+            check_non_negative_int(name, getattr(self, name))
         if not 0.0 <= self.min_lr <= self.max_lr:
             raise ValueError(
                 f"need 0 <= min_lr <= max_lr, got min_lr={self.min_lr}, max_lr={self.max_lr}"
@@ -200,11 +202,14 @@ def train(
     device: torch.device | str = "cpu",
     optimizer: torch.optim.Optimizer | None = None,
     progress: Callable[[int], object] | None = None,
+    log: Callable[[str], object] | None = None,
 ) -> History:
     """Train ``model`` with AdamW, warm-up + cosine learning rate and gradient clipping.
 
     Train and validation losses are estimated every ``eval_interval`` steps and at the end.
-    ``progress`` (e.g. a tqdm bar's ``update``) is called with 1 after every step.
+    ``log`` (e.g. ``print``) receives one line per estimate as it is made, such as
+    ``"step   900: train loss 2.0208, val loss 2.0989"``: a loss table that doubles as a progress
+    report. ``progress`` (e.g. a tqdm bar's ``update``) is called with 1 after every step.
     """
     g = torch.Generator().manual_seed(config.seed)
     if optimizer is None:
@@ -219,6 +224,8 @@ def train(
         history.steps.append(step)
         history.train_loss.append(losses["train"])
         history.val_loss.append(losses["val"])
+        if log is not None:
+            log(f"step {step:5d}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
 
     model.train()
     start = time.perf_counter()

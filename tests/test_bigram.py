@@ -164,7 +164,11 @@ def test_generate_and_constructor_errors() -> None:
     model = BigramLanguageModel(7)
     with pytest.raises(ValueError, match="at least one token to continue from, got T=0"):
         model.generate(torch.zeros(1, 0, dtype=torch.long), 5)
-    with pytest.raises(ValueError, match="max_new_tokens must be >= 0, got -1"):
+    with pytest.raises(ValueError, match="max_new_tokens must be an int >= 0, got -1"):
         model.generate(torch.zeros(1, 1, dtype=torch.long), -1)
-    with pytest.raises(ValueError, match="vocab_size must be positive, got 0"):
+    with pytest.raises(ValueError, match="vocab_size must be a positive int, got 0"):
         BigramLanguageModel(0)
+    with pytest.raises(ValueError, match="vocab_size must be a positive int, got 7.0"):
+        BigramLanguageModel(7.0)
+    with pytest.raises(ValueError, match="max_new_tokens must be an int >= 0, got 2.0"):
+        model.generate(torch.zeros(1, 1, dtype=torch.long), 2.0)

@@ -32,11 +32,12 @@ def random_ids(seed: int, B: int, T: int, vocab_size: int = SMALL.vocab_size) ->
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"vocab_size": 0}, "vocab_size must be positive, got 0"),
-        ({"block_size": -1}, "block_size must be positive, got -1"),
-        ({"n_layer": 0}, "n_layer must be positive, got 0"),
-        ({"n_head": 0}, "n_head must be positive, got 0"),
-        ({"n_embd": 0}, "n_embd must be positive, got 0"),
+        ({"vocab_size": 0}, "vocab_size must be a positive int, got 0"),
+        ({"block_size": -1}, "block_size must be a positive int, got -1"),
+        ({"n_layer": 0}, "n_layer must be a positive int, got 0"),
+        ({"n_head": 0}, "n_head must be a positive int, got 0"),
+        ({"n_embd": 0}, "n_embd must be a positive int, got 0"),
+        ({"n_embd": 64.0}, "n_embd must be a positive int, got 64.0"),
         ({"n_embd": 30, "n_head": 4}, "n_embd=30 is not divisible by n_head=4"),
         ({"dropout": 1.0}, r"dropout must be in \[0, 1\), got 1.0"),
         ({"dropout": -0.1}, r"dropout must be in \[0, 1\), got -0.1"),
@@ -139,6 +140,20 @@ def test_ids_outside_the_vocabulary_raise(bad: int) -> None:
 def test_idx_must_be_two_dimensional() -> None:
     with pytest.raises(ValueError, match=r"idx must be \(B, T\) token ids, got shape \(5,\)"):
         make_model(0)(torch.zeros(5, dtype=torch.long))
+
+
+def test_generate_explains_a_one_dimensional_prompt() -> None:
+    with pytest.raises(ValueError, match=r"got shape \(2,\) \(for one sequence, use idx\[None\]\)"):
+        make_model(0).generate(torch.tensor([1, 2]), 5)
+
+
+def test_float_ids_get_a_clear_error() -> None:
+    with pytest.raises(
+        ValueError, match="idx must hold integer token ids, got dtype torch.float32"
+    ):
+        make_model(0)(torch.tensor([[1.0, 2.0]]))
+    with pytest.raises(ValueError, match="integer token ids"):
+        make_model(0).generate(torch.tensor([[1.0, 2.0]]), 3)
 
 
 def test_targets_must_match_idx() -> None:
@@ -264,14 +279,6 @@ def test_low_temperature_approaches_greedy_and_top_k_restricts_the_choice() -> N
     assert torch.equal(cold[:, -1], logits[:, -1].argmax(-1))
 
 
-def test_generate_with_cache_matches_without() -> None:
-    model = make_model(4)
-    idx = random_ids(5, 2, 3)
-    a = model.generate(idx, 30, generator=torch.Generator().manual_seed(1))
-    b = model.generate(idx, 30, use_cache=True, generator=torch.Generator().manual_seed(1))
-    assert torch.equal(a, b)
-
-
 def test_generate_restores_training_mode() -> None:
     model = make_model(0).train()
     model.generate(random_ids(0, 1, 2), 2)
@@ -281,7 +288,9 @@ def test_generate_restores_training_mode() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"max_new_tokens": -1}, "max_new_tokens must be >= 0, got -1"),
+        ({"max_new_tokens": -1}, "max_new_tokens must be an int >= 0, got -1"),
+        ({"max_new_tokens": 2.5}, "max_new_tokens must be an int >= 0, got 2.5"),
+        ({"top_k": 2.0}, r"top_k must be in 1\.\.29, got 2.0"),
         ({"temperature": 0.0}, "temperature must be positive, got 0.0"),
         ({"top_k": 0}, r"top_k must be in 1\.\.29, got 0"),
         ({"top_k": 30}, r"top_k must be in 1\.\.29, got 30"),

@@ -83,8 +83,9 @@ def test_get_batch_is_deterministic_with_a_generator_and_spares_the_global_rng()
             2,
             r"1-D tensor of token ids, got shape \(2, 50\)",
         ),
-        (torch.zeros(50, dtype=torch.long), 0, 2, "must be positive, got 0, 2"),
-        (torch.zeros(50, dtype=torch.long), 4, 0, "must be positive, got 4, 0"),
+        (torch.zeros(50, dtype=torch.long), 0, 2, "block_size must be a positive int, got 0"),
+        (torch.zeros(50, dtype=torch.long), 4, 0, "batch_size must be a positive int, got 0"),
+        (torch.zeros(50, dtype=torch.long), 4.0, 2, "block_size must be a positive int, got 4.0"),
         (torch.zeros(8, dtype=torch.long), 8, 2, "need more than block_size=8 tokens, got 8"),
     ],
 )
@@ -208,7 +209,7 @@ def test_estimate_loss_restores_the_training_mode() -> None:
 
 def test_estimate_loss_errors() -> None:
     model = BigramLanguageModel(11)
-    with pytest.raises(ValueError, match="eval_steps must be positive, got 0"):
+    with pytest.raises(ValueError, match="eval_steps must be a positive int, got 0"):
         estimate_loss(model, {"val": random_tokens()}, 4, 2, 0)
     with pytest.raises(ValueError, match="splits is empty"):
         estimate_loss(model, {}, 4, 2, 1)
@@ -321,17 +322,33 @@ def test_train_with_no_iterations_only_evaluates() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        (dict(batch_size=0), "batch_size must be positive, got 0"),
-        (dict(block_size=-1), "block_size must be positive"),
-        (dict(eval_interval=0), "eval_interval must be positive"),
-        (dict(eval_steps=0), "eval_steps must be positive"),
-        (dict(max_steps=-5), "max_steps and warmup_steps must be >= 0"),
+        (dict(batch_size=0), "batch_size must be a positive int, got 0"),
+        (dict(batch_size=12.0), "batch_size must be a positive int, got 12.0"),
+        (dict(block_size=-1), "block_size must be a positive int"),
+        (dict(eval_interval=0), "eval_interval must be a positive int"),
+        (dict(eval_steps=0), "eval_steps must be a positive int"),
+        (dict(max_steps=-5), "max_steps must be an int >= 0, got -5"),
+        (dict(warmup_steps=1.5), "warmup_steps must be an int >= 0, got 1.5"),
         (dict(min_lr=1.0, max_lr=0.1), "need 0 <= min_lr <= max_lr"),
     ],
 )
 def test_train_config_errors(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         TrainConfig(**kwargs)
+
+
+def test_train_logs_one_line_per_estimate() -> None:
+    model = BigramLanguageModel(5)
+    config = TrainConfig(
+        max_steps=6, warmup_steps=0, batch_size=2, block_size=4, eval_interval=3, eval_steps=1
+    )
+    lines: list[str] = []
+    history = train(model, repeating_text(), repeating_text(), config, log=lines.append)
+    assert history.steps == [0, 3, 6] and len(lines) == 3
+    for line, step, tr, va in zip(
+        lines, history.steps, history.train_loss, history.val_loss, strict=True
+    ):
+        assert line == f"step {step:5d}: train loss {tr:.4f}, val loss {va:.4f}"
 
 
 # ---- make_adamw --------------------------------------------------------------------------------
