@@ -1,0 +1,494 @@
+"""Checkers for the exercises where the reader writes a function and the book checks it.
+
+Used by the exercises of every chapter. Each ``check_*`` function takes the reader's function,
+runs it on seeded random inputs and edge cases, and tests the properties that define the concept
+(causality, rows of probabilities, a rotation, agreement with PyTorch's own implementation, ...)
+rather than one magic output. It prints a short report and returns a :class:`CheckResult`, which
+is truthy only when every property holds:
+
+* all properties hold: one line listing them;
+* a property fails: its name, the input it failed on (shape, seed or edge case), expected vs got
+  (a few numbers, never a whole tensor) and a one-line hint;
+* the function raises ``NotImplementedError`` (the exercise's empty stub): a one-line reminder.
+
+A checker never raises and never prints a traceback: whatever the reader's code raises becomes
+part of the report. Random draws use their own seeded generators (the global random state is
+saved and restored), so the report is the same text on every run.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import re
+import textwrap
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+NOT_IMPLEMENTED_MESSAGE = (
+    "Not implemented yet: fill in the function above, then run this cell again."
+)
+_WIDTH = 100  # report lines are wrapped to this width
+
+
+# --------------------------------------------------------------------------------------------
+# The shared core: a result, properties, and a session that calls the reader's function.
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """What a checker found. Truthy only when every property held.
+
+    Attributes:
+        checker: the checker's name, e.g. ``"check_causal_softmax"``.
+        properties: the names of all the properties the checker tests, in order.
+        passed: the names of the properties that held (before the first failure).
+        failed: the name of the first property that failed, or ``None``.
+        failed_key: a short stable identifier of that property (used by the tests), or ``None``.
+        not_implemented: the function raised ``NotImplementedError``.
+        n_calls: how many times the reader's function was called.
+        report: the text the checker printed.
+    """
+
+    checker: str
+    properties: tuple[str, ...]
+    passed: tuple[str, ...]
+    failed: str | None
+    failed_key: str | None
+    not_implemented: bool
+    n_calls: int
+    report: str
+
+    def __bool__(self) -> bool:
+        return self.failed is None and not self.not_implemented
+
+    def __str__(self) -> str:
+        return self.report
+
+    def __repr__(self) -> str:
+        if self.not_implemented:
+            status = "not implemented yet"
+        elif self.failed is not None:
+            status = f"failed: {self.failed}"
+        else:
+            status = f"all {len(self.properties)} properties hold"
+        return f"CheckResult({self.checker}: {status})"
+
+    def _ipython_display_(self) -> None:
+        """Show nothing in Jupyter: the checker has already printed the report."""
+
+
+class _Mismatch(Exception):
+    """A property does not hold: what was expected and what the reader's function gave."""
+
+    def __init__(self, expected: str, got: str, hint: str | None = None) -> None:
+        super().__init__(got)
+        self.expected, self.got, self.hint = expected, got, hint
+
+
+class _ReaderRaised(Exception):
+    """The reader's function raised ``error``."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+class _ReaderNotImplemented(Exception):
+    """The reader's function raised ``NotImplementedError``."""
+
+
+@dataclass(frozen=True)
+class _Property:
+    key: str
+    name: str
+    hint: str
+    test: Callable[[_Session], None]
+
+
+def _clone(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, torch.nn.Module):
+        return copy.deepcopy(value)
+    return value
+
+
+class _Session:
+    """Calls the reader's function, remembering the input the current property is using."""
+
+    def __init__(self) -> None:
+        self.n_calls = 0
+        self.input = "(before the first call)"
+
+    def call(self, fn: Callable[..., Any], *args: Any, input: str, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` on copies of the arguments (an in-place edit by the reader's
+        code cannot change the checker's reference); ``input`` describes them for the report."""
+        self.input = input
+        self.n_calls += 1
+        args = tuple(_clone(a) for a in args)
+        kwargs = {name: _clone(value) for name, value in kwargs.items()}
+        try:
+            return fn(*args, **kwargs)
+        except NotImplementedError as err:
+            raise _ReaderNotImplemented from err
+        except Exception as err:  # the reader's bug becomes part of the report
+            raise _ReaderRaised(err) from err
+
+
+def _error_text(error: BaseException) -> str:
+    """``TypeName: first line of the message``, without memory addresses, at most 200 chars."""
+    lines = str(error).strip().splitlines()
+    message = re.sub(r" at 0x[0-9a-fA-F]+", "", lines[0] if lines else "")
+    message = re.sub(r"0x[0-9a-fA-F]{6,}", "0x...", message)
+    if len(message) > 200:
+        message = message[:197] + "..."
+    return f"{type(error).__name__}: {message}" if message else type(error).__name__
+
+
+def _wrap(label: str, text: str) -> str:
+    return textwrap.fill(
+        text,
+        width=_WIDTH,
+        initial_indent=f"  {label:<9} ",
+        subsequent_indent=" " * 12,
+        break_on_hyphens=False,
+    )
+
+
+def _run(checker: str, properties: Sequence[_Property]) -> CheckResult:
+    """Run ``properties`` in order, stop at the first failure, print and return the report."""
+    session = _Session()
+    names = tuple(p.name for p in properties)
+    passed: list[str] = []
+    failed: _Property | None = None
+    not_implemented = False
+    lines: list[str] = []
+    with warnings.catch_warnings(), torch.random.fork_rng(devices=[]), torch.no_grad():
+        warnings.simplefilter("ignore")  # a reader's deprecation warning is not the lesson
+        torch.manual_seed(0)  # a function that draws from the global stream stays reproducible
+        for number, prop in enumerate(properties, start=1):
+            expected: str | None = None
+            hint = prop.hint
+            try:
+                prop.test(session)
+            except _ReaderNotImplemented:
+                not_implemented = True
+                break
+            except _ReaderRaised as err:
+                got = f"your function raised {_error_text(err.error)}"
+            except _Mismatch as mismatch:
+                expected, got = mismatch.expected, mismatch.got
+                hint = mismatch.hint or hint
+            except Exception as err:  # what the function returned broke the check itself
+                got = f"an output the check could not use ({_error_text(err)})"
+            else:
+                passed.append(prop.name)
+                continue
+            failed = prop
+            lines.append(f"Property {number} of {len(properties)} failed: {prop.name}")
+            lines.append(_wrap("input:", session.input))
+            if expected is not None:
+                lines.append(_wrap("expected:", expected))
+            lines.append(_wrap("got:", got))
+            lines.append(_wrap("hint:", hint))
+            if passed:
+                lines.append(_wrap("held:", "; ".join(passed)))
+            break
+    if not_implemented:
+        report = NOT_IMPLEMENTED_MESSAGE
+    elif failed is None:
+        report = textwrap.fill(
+            f"All {len(properties)} properties hold: {'; '.join(names)} (checked on "
+            f"{session.n_calls} seeded inputs and edge cases).",
+            width=_WIDTH,
+            break_on_hyphens=False,
+        )
+    else:
+        report = "\n".join(lines)
+    print(report)
+    return CheckResult(
+        checker=checker,
+        properties=names,
+        passed=tuple(passed),
+        failed=None if failed is None else failed.name,
+        failed_key=None if failed is None else failed.key,
+        not_implemented=not_implemented,
+        n_calls=session.n_calls,
+        report=report,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Small tools the properties share: seeded inputs, output checks, comparisons.
+# --------------------------------------------------------------------------------------------
+
+
+def _randn(*shape: int, seed: int, scale: float = 1.0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g) * scale
+
+
+def _num(x: float) -> str:
+    """A number at 4 significant digits (``nan`` and ``inf`` as such)."""
+    if math.isnan(x):
+        return "nan"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    text = f"{x:.4g}"
+    return "0" if text == "-0" else text
+
+
+def _shape(shape: Sequence[int]) -> str:
+    return "(" + ", ".join(str(int(n)) for n in shape) + ")"
+
+
+def _index(index: Sequence[int]) -> str:
+    return "[" + ", ".join(str(int(i)) for i in index) + "]"
+
+
+def _nums(values: torch.Tensor, limit: int = 4) -> str:
+    flat = values.detach().flatten().double().tolist()
+    shown = ", ".join(_num(v) for v in flat[:limit])
+    return f"[{shown}{', ...' if len(flat) > limit else ''}]"
+
+
+def _tensor_out(out: Any, shape: Sequence[int], what: str = "the output") -> torch.Tensor:
+    """Check that the reader returned one floating-point tensor of ``shape``."""
+    want = f"{what}: a tensor of shape {_shape(shape)}"
+    if isinstance(out, tuple | list):
+        raise _Mismatch(
+            want,
+            f"a {type(out).__name__} of {len(out)} items",
+            "Return only the tensor asked for (not a tuple, e.g. not (output, weights)).",
+        )
+    if not isinstance(out, torch.Tensor):
+        raise _Mismatch(want, f"an object of type {type(out).__name__}", "Return a torch.Tensor.")
+    if tuple(out.shape) != tuple(shape):
+        raise _Mismatch(want, f"shape {_shape(out.shape)}")
+    if not out.is_floating_point():
+        raise _Mismatch(want + " of floats", f"dtype {out.dtype}")
+    return out
+
+
+def _differ(
+    got: torch.Tensor, expected: torch.Tensor, *, atol: float = 1e-5, rtol: float = 1e-4
+) -> str | None:
+    """``None`` if ``got`` is close to ``expected`` (same shape), else where and by how much."""
+    g, e = got.detach().double(), expected.detach().double()
+    bad = ~torch.isclose(g, e, rtol=rtol, atol=atol)
+    if not bad.any():
+        return None
+    gap = torch.where(bad, (g - e).abs().nan_to_num(nan=math.inf), torch.zeros_like(g))
+    index = tuple(int(i) for i in torch.unravel_index(gap.flatten().argmax(), g.shape))
+    n_bad = int(bad.sum())
+    where = f"at index {_index(index)}" if index else "at the single entry"
+    return (
+        f"{_num(g[index].item())} {where} where {_num(e[index].item())} is expected "
+        f"({n_bad} of {g.numel()} entries differ)"
+    )
+
+
+def _expect_close(
+    got: torch.Tensor,
+    expected: torch.Tensor,
+    what: str,
+    *,
+    atol: float = 1e-5,
+    rtol: float = 1e-4,
+    hint: str | None = None,
+) -> None:
+    problem = _differ(got, expected, atol=atol, rtol=rtol)
+    if problem is not None:
+        raise _Mismatch(what, problem, hint)
+
+
+# --------------------------------------------------------------------------------------------
+# Chapter 1, "The averaging trick"
+# --------------------------------------------------------------------------------------------
+
+
+def _running_mean(x: torch.Tensor) -> torch.Tensor:
+    counts = torch.arange(1, x.shape[1] + 1, dtype=torch.float64)[None, :, None]
+    return (x.double().cumsum(dim=1) / counts).to(x.dtype)
+
+
+def check_running_average(fn: Callable[[torch.Tensor], torch.Tensor]) -> CheckResult:
+    """Check the reader's running average (chapter 1, "The averaging trick").
+
+    The reader writes ``fn(x)``: ``x`` is a ``(B, T, C)`` float tensor; it returns a ``(B, T, C)``
+    tensor whose row ``t`` is the mean of ``x[:, :t+1]`` (tokens ``0..t`` of each sequence).
+
+    Properties: the output has the input's shape; row ``t`` does not change when tokens after
+    ``t`` change; the sequences of a batch are averaged independently; a constant sequence comes
+    back unchanged; row ``t`` equals the mean of tokens ``0..t``.
+    """
+    cases = [((2, 5, 3), 1), ((1, 1, 4), 2), ((3, 8, 1), 3), ((4, 16, 8), 4)]
+
+    def shape(s: _Session) -> None:
+        for size, seed in cases:
+            x = _randn(*size, seed=seed)
+            out = s.call(fn, x, input=f"x of shape {_shape(size)}, seed {seed}")
+            _tensor_out(out, size)
+
+    def causal(s: _Session) -> None:
+        x = _randn(2, 6, 3, seed=11)
+        out = _tensor_out(s.call(fn, x, input="x of shape (2, 6, 3), seed 11"), x.shape)
+        for t in (0, 2, 4):
+            changed = x.clone()
+            changed[:, t + 1 :] = _randn(2, 5 - t, 3, seed=100 + t, scale=5.0)
+            what = f"x of shape (2, 6, 3), seed 11, with the tokens after t = {t} changed"
+            out2 = _tensor_out(s.call(fn, changed, input=what), x.shape)
+            problem = _differ(out2[:, : t + 1], out[:, : t + 1])
+            if problem is not None:
+                rows = "row 0" if t == 0 else f"rows 0..{t}"
+                raise _Mismatch(f"{rows} the same as before the change", f"in {rows}: {problem}")
+
+    def batch(s: _Session) -> None:
+        x = _randn(3, 5, 2, seed=12)
+        out = _tensor_out(s.call(fn, x, input="x of shape (3, 5, 2), seed 12"), x.shape)
+        changed = x.clone()
+        changed[1] = _randn(5, 2, seed=13, scale=5.0)
+        what = "x of shape (3, 5, 2), seed 12, with sequence 1 changed"
+        out2 = _tensor_out(s.call(fn, changed, input=what), x.shape)
+        for b in (0, 2):
+            problem = _differ(out2[b], out[b])
+            if problem is not None:
+                raise _Mismatch(f"sequence {b} the same as before", f"in sequence {b}: {problem}")
+
+    def constant(s: _Session) -> None:
+        for T in (1, 7):
+            x = _randn(2, 1, 3, seed=14).expand(2, T, 3).contiguous()
+            what = f"a constant sequence: x of shape (2, {T}, 3), every token the same (seed 14)"
+            out = _tensor_out(s.call(fn, x, input=what), x.shape)
+            _expect_close(out, x, "every row equal to that token")
+
+    def mean(s: _Session) -> None:
+        for size, seed in [*cases, ((2, 9, 5), 15)]:
+            x = _randn(*size, seed=seed, scale=3.0)
+            out = s.call(fn, x, input=f"x of shape {_shape(size)}, seed {seed}")
+            _expect_close(_tensor_out(out, size), _running_mean(x), "the running mean")
+
+    divide_hint = "Divide the sum of tokens 0..t by t + 1, the number of tokens it adds up."
+    return _run(
+        "check_running_average",
+        [
+            _Property("shape", "output shape (B, T, C)", "Return one tensor shaped like x.", shape),
+            _Property(
+                "causal",
+                "row t ignores the tokens after t",
+                "Row t may only use x[:, :t+1]; a mean over all T tokens sees the future.",
+                causal,
+            ),
+            _Property(
+                "batch",
+                "each sequence averaged on its own",
+                "Average along the time dimension (dim=1), never across the batch (dim=0).",
+                batch,
+            ),
+            _Property(
+                "constant", "a constant sequence comes back unchanged", divide_hint, constant
+            ),
+            _Property("mean", "row t is the mean of tokens 0..t", divide_hint, mean),
+        ],
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Chapter 2, "Causal masking"
+# --------------------------------------------------------------------------------------------
+
+
+def check_causal_softmax(fn: Callable[[torch.Tensor], torch.Tensor]) -> CheckResult:
+    """Check the reader's causal softmax (chapter 2, "Causal masking").
+
+    The reader writes ``fn(scores)``: ``scores`` is a ``(..., T, T)`` float tensor (query ``i``
+    in row ``i``, key ``j`` in column ``j``); it returns the causal attention weights of the same
+    shape: keys after the query get weight exactly 0, and each row is the softmax of the scores
+    of the keys it may see.
+
+    Properties: the weights have the scores' shape (with and without batch dimensions, and for
+    ``T = 1``); future keys get weight exactly 0; every row is a probability distribution;
+    every row equals the softmax over its visible keys.
+    """
+    cases = [((5, 5), 1), ((2, 6, 6), 2), ((2, 3, 4, 4), 3), ((1, 1), 4), ((3, 1, 1), 5)]
+
+    def weights(s: _Session, size: tuple[int, ...], seed: int) -> tuple[torch.Tensor, ...]:
+        scores = _randn(*size, seed=seed, scale=3.0)
+        what = f"scores of shape {_shape(size)}, seed {seed}"
+        return scores, _tensor_out(s.call(fn, scores, input=what), size, "the weights")
+
+    def shape(s: _Session) -> None:
+        for size, seed in cases:
+            weights(s, size, seed)
+
+    def future(s: _Session) -> None:
+        for size, seed in cases:
+            _, w = weights(s, size, seed)
+            T = size[-1]
+            above = torch.ones(T, T, dtype=torch.bool).triu(1).expand(w.shape)
+            leak = w.detach().abs() * above
+            if (leak != 0).any():
+                index = tuple(int(i) for i in torch.unravel_index(leak.flatten().argmax(), w.shape))
+                raise _Mismatch(
+                    "weight exactly 0 for every key after its query",
+                    f"weight {_num(w[index].item())} at index {_index(index)} "
+                    f"(query {index[-2]}, key {index[-1]})",
+                    "Set the future scores to -inf BEFORE the softmax: exp(-inf) = 0, while a "
+                    "score of 0 still gets a weight.",
+                )
+
+    def rows(s: _Session) -> None:
+        for size, seed in cases:
+            _, w = weights(s, size, seed)
+            if (w < 0).any() or not torch.isfinite(w).all():
+                bad = w[(w < 0) | ~torch.isfinite(w)]
+                raise _Mismatch("weights in [0, 1]", f"weights such as {_nums(bad)}")
+            totals = w.double().sum(dim=-1)
+            problem = _differ(totals, torch.ones_like(totals))
+            if problem is not None:
+                raise _Mismatch("every row sums to 1", f"row sum {problem}")
+
+    def softmax(s: _Session) -> None:
+        for size, seed in cases:
+            scores, w = weights(s, size, seed)
+            T = size[-1]
+            allowed = torch.ones(T, T, dtype=torch.bool).tril()
+            expected = scores.double().masked_fill(~allowed, -math.inf).softmax(dim=-1)
+            _expect_close(w, expected, "the softmax over keys 0..i in row i", atol=1e-6)
+
+    return _run(
+        "check_causal_softmax",
+        [
+            _Property(
+                "shape",
+                "weights shaped like the scores (..., T, T)",
+                "Keep every dimension: mask and softmax act on the last two only.",
+                shape,
+            ),
+            _Property(
+                "future_zero",
+                "future keys get weight exactly 0",
+                "Set the scores above the diagonal to -inf before the softmax.",
+                future,
+            ),
+            _Property(
+                "rows",
+                "each row is a probability distribution (sums to 1)",
+                "Mask, then take the softmax over the keys (dim=-1, not over the queries); "
+                "zeroing weights after the softmax leaves the rows short of 1.",
+                rows,
+            ),
+            _Property(
+                "softmax",
+                "row i is the softmax of the scores of keys 0..i",
+                "Mask first (future scores -> -inf), then softmax(dim=-1); nothing else.",
+                softmax,
+            ),
+        ],
+    )

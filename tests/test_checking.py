@@ -1,0 +1,260 @@
+"""The exercise checkers accept right answers, reject the mistakes learners make, never raise.
+
+For every checker: (a) the book's own implementation (a helper wrapped to the reader's signature)
+and a second, independently written answer pass; (b) each plausible wrong answer fails, on the
+property that names its mistake; (c) a stub raising ``NotImplementedError`` and a function that
+raises a shape error get a friendly message, not an exception; (d) the printed report is the
+same text on every run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+from helpers.averaging import average_past_loop, average_past_matmul, average_past_softmax
+from helpers.checking import (
+    NOT_IMPLEMENTED_MESSAGE,
+    CheckResult,
+    check_causal_softmax,
+    check_running_average,
+)
+from helpers.masking import apply_causal_mask
+from helpers.softmax import stable_softmax
+
+Tensor = torch.Tensor
+
+
+def _future(T: int) -> Tensor:
+    """``True`` above the diagonal: the keys after each query."""
+    return torch.ones(T, T, dtype=torch.bool).triu(1)
+
+
+# --------------------------------------------------------------------------------------------
+# Right and wrong answers, one table per checker: {name: function} and {name: (function, key)},
+# where key is the property the mistake must fail.
+# --------------------------------------------------------------------------------------------
+
+# Chapter 1: running average ------------------------------------------------------------------
+
+
+def avg_cumsum(x: Tensor) -> Tensor:
+    """Independent answer: running sums divided by the counts."""
+    counts = torch.arange(1, x.shape[1] + 1, dtype=x.dtype).view(1, -1, 1)
+    return x.cumsum(dim=1) / counts
+
+
+AVERAGE_RIGHT: dict[str, Callable[..., Any]] = {
+    "book_loop": average_past_loop,
+    "book_matmul": average_past_matmul,
+    "book_softmax": average_past_softmax,
+    "cumsum": avg_cumsum,
+}
+
+AVERAGE_WRONG: dict[str, tuple[Callable[..., Any], str]] = {
+    # Averages over the whole sequence: every row sees the future.
+    "includes_future": (lambda x: x.mean(dim=1, keepdim=True).expand_as(x), "causal"),
+    # Divides the running sum by T instead of t + 1.
+    "divides_by_T": (lambda x: x.cumsum(dim=1) / x.shape[1], "constant"),
+    # Running mean along the batch dimension instead of time.
+    "wrong_dim": (
+        lambda x: x.cumsum(dim=0) / torch.arange(1, x.shape[0] + 1).view(-1, 1, 1),
+        "batch",
+    ),
+    # Mean of the tokens before t, excluding t itself (row 0 becomes 0).
+    "excludes_self": (
+        lambda x: torch.cat([torch.zeros_like(x[:, :1]), avg_cumsum(x)[:, :-1]], dim=1),
+        "constant",
+    ),
+    # Lower-triangular ones without normalising: a running sum, not a mean.
+    "sum_not_mean": (lambda x: torch.ones(x.shape[1], x.shape[1]).tril() @ x, "constant"),
+}
+
+
+# Chapter 2: causal softmax -------------------------------------------------------------------
+
+
+def softmax_book(scores: Tensor) -> Tensor:
+    return stable_softmax(apply_causal_mask(scores))
+
+
+def softmax_renormalised(scores: Tensor) -> Tensor:
+    """Independent answer: exponentiate, zero the future, divide by the row sums."""
+    T = scores.shape[-1]
+    e = torch.exp(scores - scores.amax(dim=-1, keepdim=True)) * ~_future(T)
+    return e / e.sum(dim=-1, keepdim=True)
+
+
+SOFTMAX_RIGHT = {"book": softmax_book, "renormalised": softmax_renormalised}
+
+SOFTMAX_WRONG = {
+    "forgets_mask": (lambda s: s.softmax(dim=-1), "future_zero"),
+    "masks_with_zero": (
+        lambda s: s.masked_fill(_future(s.shape[-1]), 0.0).softmax(dim=-1),
+        "future_zero",
+    ),
+    "softmax_over_queries": (lambda s: apply_causal_mask(s).softmax(dim=-2), "rows"),
+    "masks_after_softmax": (lambda s: s.softmax(dim=-1) * ~_future(s.shape[-1]), "rows"),
+    # -inf only on the last key instead of above the diagonal.
+    "masks_last_column": (
+        lambda s: (
+            torch.cat([s[..., :-1], torch.full_like(s[..., -1:], -math.inf)], -1)
+            .softmax(dim=-1)
+            .nan_to_num()
+        ),
+        "future_zero",
+    ),
+    # Mask on the diagonal too: a token may not see itself.
+    "hides_itself": (
+        lambda s: (
+            s.masked_fill(~torch.ones_like(s, dtype=torch.bool).tril(-1), -math.inf)
+            .softmax(dim=-1)
+            .nan_to_num()
+        ),
+        "rows",
+    ),
+}
+
+
+# --------------------------------------------------------------------------------------------
+# The checkers, each with a right answer and the arguments of one call
+# --------------------------------------------------------------------------------------------
+
+CHECKERS: dict[str, tuple[Callable[..., CheckResult], dict[str, Any], dict[str, Any]]] = {
+    "running_average": (check_running_average, AVERAGE_RIGHT, AVERAGE_WRONG),
+    "causal_softmax": (check_causal_softmax, SOFTMAX_RIGHT, SOFTMAX_WRONG),
+}
+
+
+def _cases(kind: int) -> list[Any]:
+    return [
+        pytest.param(name, answer, id=f"{name}-{answer}")
+        for name, table in CHECKERS.items()
+        for answer in table[kind]
+    ]
+
+
+def _check(name: str, answer: Any) -> CheckResult:
+    checker = CHECKERS[name][0]
+    return checker(*answer) if isinstance(answer, tuple) else checker(answer)
+
+
+@pytest.mark.parametrize(("name", "answer"), _cases(1))
+def test_accepts_right_answers(name: str, answer: str, capsys: pytest.CaptureFixture[str]) -> None:
+    result = _check(name, CHECKERS[name][1][answer])
+    out = capsys.readouterr().out
+    assert result, out
+    n = len(result.properties)
+    assert out.startswith(f"All {n} properties hold: "), out
+    assert result.passed == result.properties and result.failed is None
+    assert out.strip() == result.report
+
+
+@pytest.mark.parametrize(("name", "answer"), _cases(2))
+def test_rejects_each_mistake_on_its_property(
+    name: str, answer: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fn, key = CHECKERS[name][2][answer]
+    result = _check(name, fn)
+    out = capsys.readouterr().out
+    assert not result, f"the mistake {answer!r} was accepted:\n{out}"
+    assert result.failed_key == key, f"{answer!r} failed on {result.failed_key!r}:\n{out}"
+    number = result.properties.index(result.failed) + 1
+    assert out.startswith(f"Property {number} of {len(result.properties)} failed: {result.failed}")
+    for label in ("input:", "got:", "hint:"):
+        assert f"  {label}" in out, out
+    assert "Traceback" not in out and " at 0x" not in out
+
+
+def _stub(*args: Any, **kwargs: Any) -> Any:
+    raise NotImplementedError
+
+
+def _shape_error(*args: Any, **kwargs: Any) -> Any:
+    return torch.ones(2, 3) @ torch.ones(4, 5)  # RuntimeError: mat1 and mat2 shapes ...
+
+
+def _none(*args: Any, **kwargs: Any) -> Any:
+    return None
+
+
+def _for_checker(name: str, fn: Callable[..., Any]) -> Any:
+    """``fn`` in the form the checker takes (two functions for the split/merge checker)."""
+    return (fn, fn) if name == "split_heads" else fn
+
+
+@pytest.mark.parametrize("name", list(CHECKERS))
+def test_not_implemented_gets_the_friendly_message(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = _check(name, _for_checker(name, _stub))
+    out = capsys.readouterr().out
+    assert out == NOT_IMPLEMENTED_MESSAGE + "\n"
+    assert not result and result.not_implemented and result.n_calls == 1
+    assert "not implemented" in repr(result)
+
+
+@pytest.mark.parametrize("name", list(CHECKERS))
+def test_a_shape_error_is_reported_not_raised(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = _check(name, _for_checker(name, _shape_error))
+    out = capsys.readouterr().out
+    assert not result and result.failed == result.properties[0]
+    assert "got:      your function raised RuntimeError: mat1 and mat2 shapes" in out, out
+    assert "Traceback" not in out
+
+
+@pytest.mark.parametrize("name", list(CHECKERS))
+def test_a_non_tensor_output_is_reported(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    result = _check(name, _for_checker(name, _none))
+    out = capsys.readouterr().out
+    assert not result and result.failed == result.properties[0]
+    assert "NoneType" in out, out
+
+
+@pytest.mark.parametrize(("name", "answer"), [*_cases(1)[:1], *_cases(2)])
+def test_reports_are_deterministic(
+    name: str, answer: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    table = CHECKERS[name][1] if answer in CHECKERS[name][1] else CHECKERS[name][2]
+    fn = table[answer] if answer in CHECKERS[name][1] else table[answer][0]
+    first = _check(name, fn)
+    torch.manual_seed(12345)  # a different global random state must not change the report
+    second = _check(name, fn)
+    out = capsys.readouterr().out
+    assert first.report == second.report
+    assert out == first.report + "\n" + second.report + "\n"
+
+
+def test_global_random_state_is_left_alone(capsys: pytest.CaptureFixture[str]) -> None:
+    torch.manual_seed(3)
+    expected = torch.rand(3)
+    torch.manual_seed(3)
+    check_running_average(lambda x: torch.rand_like(x))  # draws from the global stream
+    assert torch.equal(torch.rand(3), expected)
+    capsys.readouterr()
+
+
+def test_input_edits_in_place_do_not_fool_the_checker(capsys: pytest.CaptureFixture[str]) -> None:
+    def in_place(scores: Tensor) -> Tensor:
+        scores.masked_fill_(_future(scores.shape[-1]), -math.inf)  # edits the caller's tensor
+        return scores.softmax(dim=-1)
+
+    assert check_causal_softmax(in_place)
+    capsys.readouterr()
+
+
+def test_result_repr_and_str(capsys: pytest.CaptureFixture[str]) -> None:
+    good = check_causal_softmax(softmax_book)
+    bad = check_causal_softmax(lambda s: s.softmax(dim=-1))
+    capsys.readouterr()
+    assert repr(good) == "CheckResult(check_causal_softmax: all 4 properties hold)"
+    assert (
+        repr(bad) == "CheckResult(check_causal_softmax: failed: future keys get weight exactly 0)"
+    )
+    assert str(bad) == bad.report and "expected: weight exactly 0" in bad.report
