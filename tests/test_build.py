@@ -6,7 +6,9 @@ import re
 
 import yaml
 
-from conftest import ROOT, BookBuild
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def toc_files() -> list[str]:
@@ -17,13 +19,13 @@ def toc_files() -> list[str]:
     return files
 
 
-def test_strict_build_has_no_warnings(book_build: BookBuild) -> None:
+def test_strict_build_has_no_warnings(book_build) -> None:
     assert book_build.returncode == 0, book_build.log[-5000:]
     warnings = [line for line in book_build.log.splitlines() if re.search(r"WARNING|ERROR", line)]
     assert warnings == [], "\n".join(warnings)
 
 
-def test_every_toc_page_is_built(book_build: BookBuild) -> None:
+def test_every_toc_page_is_built(book_build) -> None:
     for file in toc_files():
         assert (book_build.html_dir / f"{file}.html").is_file(), file
 
@@ -34,7 +36,7 @@ def test_every_notebook_is_in_the_toc() -> None:
     assert notebooks - listed == set(), "notebooks missing from _toc.yml"
 
 
-def test_offline_mathjax_is_bundled(book_build: BookBuild) -> None:
+def test_offline_mathjax_is_bundled(book_build) -> None:
     assert (book_build.html_dir / "_static" / "mathjax" / "tex-chtml.js").is_file()
     page = (book_build.html_dir / "book" / "intro.html").read_text()
     assert "_static/mathjax/tex-chtml.js" in page

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT
+ROOT = Path(__file__).resolve().parents[1]
 
 NOTEBOOKS = sorted((ROOT / "book").rglob("*.ipynb"))
 REPOSITORY_URL = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
@@ -44,3 +44,27 @@ def test_first_cell_installs_helpers_when_missing(path: Path) -> None:
     assert code_cells(path)[0]["outputs"] == [], (
         "the install cell must be silent when helpers is present"
     )
+
+
+MAX_LINE = 100  # characters: longer code lines scroll sideways in the HTML book
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_code_lines_fit_the_page(path: Path) -> None:
+    long_lines = [
+        f"cell {n}: {len(line)} chars: {line[:60]}..."
+        for n, cell in enumerate(json.loads(path.read_text())["cells"])
+        if cell["cell_type"] == "code"
+        for line in "".join(cell["source"]).splitlines()
+        if len(line) > MAX_LINE
+    ]
+    assert long_lines == [], f"{path.name}: code lines over {MAX_LINE} characters:\n" + "\n".join(
+        long_lines
+    )
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_names_its_kernel(path: Path) -> None:
+    """Without a kernelspec, Jupyter asks the reader which kernel to use."""
+    kernelspec = json.loads(path.read_text())["metadata"].get("kernelspec", {})
+    assert kernelspec.get("name") == "python3", f"{path.name}: kernelspec {kernelspec}"
