@@ -14,7 +14,6 @@ from urllib.parse import unquote, urlparse
 
 import pytest
 
-
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -123,7 +122,8 @@ def check_page(browser, path: Path) -> tuple[list[str], bool]:
         problems.append(f"{name}: {search_boxes} visible search boxes")
 
     broken_images = page.evaluate(
-        "() => [...document.images].filter(i => !i.complete || i.naturalWidth === 0).map(i => i.src)"
+        "() => [...document.images]"
+        ".filter(i => !i.complete || i.naturalWidth === 0).map(i => i.src)"
     )
     problems += [f"{name}: image did not load: {src}" for src in broken_images]
 

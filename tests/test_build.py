@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import yaml
-
-from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
