@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 NOT_IMPLEMENTED_MESSAGE = (
     "Not implemented yet: fill in the function above, then run this cell again."
@@ -490,5 +491,234 @@ def check_causal_softmax(fn: Callable[[torch.Tensor], torch.Tensor]) -> CheckRes
                 "Mask first (future scores -> -inf), then softmax(dim=-1); nothing else.",
                 softmax,
             ),
+        ],
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Chapter 3, "Queries, keys and values"
+# --------------------------------------------------------------------------------------------
+
+
+def _causal_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kw: Any) -> torch.Tensor:
+    return F.scaled_dot_product_attention(q.double(), k.double(), v.double(), **kw)
+
+
+def _scale_hint(got: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str:
+    """Name the scaling the reader used if it is one of the usual mistakes."""
+    hs = q.shape[-1]
+    for scale, words in ((1.0, "no scaling"), (1.0 / hs, "dividing by head_size")):
+        if _differ(got, _causal_sdpa(q, k, v, is_causal=True, scale=scale)) is None:
+            return (
+                f"Your output matches {words}: divide the scores by sqrt(head_size) "
+                f"= sqrt({hs}) instead."
+            )
+    return (
+        "scores = q @ k.transpose(-2, -1) / sqrt(head_size); future scores -> -inf; "
+        "softmax over the keys (dim=-1); then weights @ v."
+    )
+
+
+def check_causal_attention(
+    fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
+) -> CheckResult:
+    """Check the reader's causal attention (chapter 3, "Queries, keys and values").
+
+    The reader writes ``fn(q, k, v)``: ``q``, ``k``, ``v`` are ``(B, T, head_size)`` tensors; it
+    returns the ``(B, T, head_size)`` output of causal scaled dot-product attention,
+    ``softmax(mask(q @ k^T / sqrt(head_size))) @ v``, which is what
+    ``F.scaled_dot_product_attention(q, k, v, is_causal=True)`` computes.
+
+    Properties: the output has shape ``(B, T, head_size)`` (also for ``T = 1``); every query's
+    weights sum to 1 (identical values come back unchanged); the output at ``t`` does not
+    change when the tokens after ``t`` change; the result equals PyTorch's.
+    """
+    cases = [((2, 5, 8), 1), ((1, 1, 4), 2), ((3, 7, 16), 3), ((2, 6, 8), 4)]
+
+    def qkv(size: tuple[int, ...], seed: int) -> tuple[torch.Tensor, ...]:
+        x = _randn(3, *size, seed=seed)
+        return x[0] * 2.0, x[1] * 2.0, x[2]  # larger q, k: the scaling matters
+
+    def shape(s: _Session) -> None:
+        for size, seed in cases:
+            q, k, v = qkv(size, seed)
+            what = f"q, k, v of shape {_shape(size)}, seed {seed}"
+            _tensor_out(s.call(fn, q, k, v, input=what), size)
+
+    def weights_sum(s: _Session) -> None:
+        for size, seed in cases:
+            q, k, _ = qkv(size, seed)
+            u = _randn(size[0], 1, size[2], seed=seed + 50)
+            v = u.expand(size).contiguous()
+            what = (
+                f"q, k of shape {_shape(size)}, seed {seed}; v: the same vector at every position"
+            )
+            out = _tensor_out(s.call(fn, q, k, v, input=what), size)
+            _expect_close(out, v, "that vector at every position (weights summing to 1)")
+
+    def causal(s: _Session) -> None:
+        size, seed = (2, 6, 8), 5
+        q, k, v = qkv(size, seed)
+        base = f"q, k, v of shape {_shape(size)}, seed {seed}"
+        out = _tensor_out(s.call(fn, q, k, v, input=base), size)
+        for t in (0, 3):
+            changed = [x.clone() for x in (q, k, v)]
+            for i, x in enumerate(changed):
+                x[:, t + 1 :] = _randn(size[0], size[1] - t - 1, size[2], seed=60 + i, scale=4.0)
+            what = f"{base}, with the tokens after t = {t} changed"
+            out2 = _tensor_out(s.call(fn, *changed, input=what), size)
+            problem = _differ(out2[:, : t + 1], out[:, : t + 1])
+            if problem is not None:
+                rows = "position 0" if t == 0 else f"positions 0..{t}"
+                raise _Mismatch(f"{rows} the same as before the change", f"in {rows}: {problem}")
+
+    def matches_torch(s: _Session) -> None:
+        for size, seed in [*cases, ((4, 9, 32), 6)]:
+            q, k, v = qkv(size, seed)
+            what = f"q, k, v of shape {_shape(size)}, seed {seed}"
+            out = _tensor_out(s.call(fn, q, k, v, input=what), size)
+            expected = _causal_sdpa(q, k, v, is_causal=True)
+            if _differ(out, expected) is not None:
+                _expect_close(
+                    out,
+                    expected,
+                    "F.scaled_dot_product_attention(q, k, v, is_causal=True)",
+                    hint=_scale_hint(out, q, k, v),
+                )
+
+    return _run(
+        "check_causal_attention",
+        [
+            _Property(
+                "shape",
+                "output shape (B, T, head_size)",
+                "Return weights @ v, one tensor: (B, T, T) @ (B, T, head_size).",
+                shape,
+            ),
+            _Property(
+                "weights_sum",
+                "each query's weights sum to 1 (equal values come back unchanged)",
+                "Take the softmax over the keys, the last dimension of the scores (dim=-1).",
+                weights_sum,
+            ),
+            _Property(
+                "causal",
+                "the output at t ignores the tokens after t",
+                "Set the scores of future keys (above the diagonal) to -inf before the softmax; "
+                "a score of 0 still gets a weight.",
+                causal,
+            ),
+            _Property(
+                "matches_torch",
+                "equals F.scaled_dot_product_attention(is_causal=True)",
+                "scores = q @ k.transpose(-2, -1) / sqrt(head_size), masked, softmaxed, @ v.",
+                matches_torch,
+            ),
+        ],
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Chapter 4, "Scaling and softmax peakiness"
+# --------------------------------------------------------------------------------------------
+
+
+def check_scaled_scores(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> CheckResult:
+    """Check the reader's scaled attention scores (chapter 4, "Scaling and softmax peakiness").
+
+    The reader writes ``fn(q, k)``: ``q`` and ``k`` are ``(B, T, head_size)`` tensors; it returns
+    the ``(B, T, T)`` scores ``q @ k^T / sqrt(head_size)`` (query ``i`` in row ``i``, key ``j``
+    in column ``j``).
+
+    Properties: the scores have shape ``(B, T, T)``; row ``i`` belongs to query ``i`` and column
+    ``j`` to key ``j``; for unit-variance ``q`` and ``k`` the scores have variance close to 1 for
+    every head size from 16 to 1024; the scores equal ``q @ k^T / sqrt(head_size)``.
+    """
+    cases = [((2, 5, 8), 1), ((1, 1, 4), 2), ((3, 6, 16), 3), ((2, 4, 64), 4)]
+
+    def call(s: _Session, size: tuple[int, ...], seed: int, what: str = "") -> tuple[Any, ...]:
+        x = _randn(2, *size, seed=seed)
+        text = what or f"q, k of shape {_shape(size)}, seed {seed}"
+        out = _tensor_out(s.call(fn, x[0], x[1], input=text), (*size[:2], size[1]), "the scores")
+        return x[0], x[1], out
+
+    def shape(s: _Session) -> None:
+        for size, seed in cases:
+            call(s, size, seed)
+
+    def rows_and_columns(s: _Session) -> None:
+        size, seed = (2, 5, 8), 5
+        x = _randn(2, *size, seed=seed)
+        q, k = x[0], x[1]
+        base = f"q, k of shape {_shape(size)}, seed {seed}"
+        out = _tensor_out(s.call(fn, q, k, input=base), (2, 5, 5), "the scores")
+        for who, i in (("query", 1), ("key", 3)):
+            q2, k2 = q.clone(), k.clone()
+            (q2 if who == "query" else k2)[:, i] = _randn(2, 8, seed=70 + i, scale=3.0)
+            what = f"{base}, with {who} {i} changed"
+            out2 = _tensor_out(s.call(fn, q2, k2, input=what), (2, 5, 5), "the scores")
+            keep = torch.ones(2, 5, 5, dtype=torch.bool)
+            if who == "query":
+                keep[:, i, :] = False
+            else:
+                keep[:, :, i] = False
+            line = f"row {i}" if who == "query" else f"column {i}"
+            expected = torch.where(keep, out, out2)  # the changed row or column may change
+            problem = _differ(out2, expected)
+            if problem is not None:
+                raise _Mismatch(f"only {line} changes", f"other entries changed: {problem}")
+
+    # Sample-size justification for the variance tolerance: with q, k ~ N(0, 1) the scaled
+    # score s_ij = q_i . k_j / sqrt(d) has variance exactly 1; given q_i it is N(0, |q_i|^2 / d),
+    # so Var(s^2) ~ 2 and two scores sharing a query or a key have Cov(s^2, s'^2) = 2 / d. For
+    # B independent (T, T) score matrices the mean of s^2 then has variance
+    # ~ (2 / T^2 + 4 / (T d)) / B, i.e. a standard deviation of 0.035 at d = 16 (B = 8, T = 32)
+    # and 0.009 at d = 1024. Accepting 0.8 .. 1.25 is more than 5 standard deviations at every
+    # head size, while the usual mistakes are far outside: no scaling gives d (>= 16), dividing
+    # by d gives 1 / d (<= 1 / 16), and dividing by a fixed sqrt(C) is off by d / C.
+    def variance(s: _Session) -> None:
+        for d, seed in ((16, 6), (64, 7), (256, 8), (1024, 9)):
+            size = (8, 32, d)
+            what = f"q, k of shape {_shape(size)} drawn from N(0, 1), seed {seed} (head_size {d})"
+            _, _, out = call(s, size, seed, what)
+            var = out.double().pow(2).mean().item()
+            if not 0.8 <= var <= 1.25:
+                raise _Mismatch(
+                    "variance of the scores between 0.8 and 1.25 (1 in theory)",
+                    f"variance {_num(var)}",
+                )
+
+    def formula(s: _Session) -> None:
+        for size, seed in cases:
+            q, k, out = call(s, size, seed)
+            expected = q.double() @ k.double().transpose(-2, -1) / math.sqrt(size[-1])
+            _expect_close(out, expected, "q @ k.transpose(-2, -1) / sqrt(head_size)")
+
+    scale_hint = (
+        "Divide q @ k.transpose(-2, -1) by sqrt(head_size), with head_size = q.shape[-1] "
+        "(not by head_size, and not by a fixed number such as sqrt(C))."
+    )
+    return _run(
+        "check_scaled_scores",
+        [
+            _Property(
+                "shape",
+                "scores shape (B, T, T)",
+                "Transpose only the last two dimensions of k: k.transpose(-2, -1).",
+                shape,
+            ),
+            _Property(
+                "rows_and_columns",
+                "row i holds query i's scores, column j key j's",
+                "Compute q @ k^T, not k @ q^T: queries index the rows.",
+                rows_and_columns,
+            ),
+            _Property(
+                "variance",
+                "unit-variance q, k give scores of variance ~1 for head_size 16..1024",
+                scale_hint,
+                variance,
+            ),
+            _Property("formula", "equals q @ k^T / sqrt(head_size)", scale_hint, formula),
         ],
     )

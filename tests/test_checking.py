@@ -15,13 +15,17 @@ from typing import Any
 
 import pytest
 import torch
+import torch.nn.functional as F
 
+from helpers.attention import scaled_dot_product_attention
 from helpers.averaging import average_past_loop, average_past_matmul, average_past_softmax
 from helpers.checking import (
     NOT_IMPLEMENTED_MESSAGE,
     CheckResult,
+    check_causal_attention,
     check_causal_softmax,
     check_running_average,
+    check_scaled_scores,
 )
 from helpers.masking import apply_causal_mask
 from helpers.softmax import stable_softmax
@@ -120,6 +124,101 @@ SOFTMAX_WRONG = {
 }
 
 
+# Chapter 3: causal attention -----------------------------------------------------------------
+
+
+def attention_book(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    return scaled_dot_product_attention(q, k, v, is_causal=True)[0]
+
+
+def attention_loop(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """Independent answer: one query at a time, over the keys it may see."""
+    out = torch.empty_like(v)
+    for t in range(q.shape[1]):
+        scores = q[:, t : t + 1] @ k[:, : t + 1].transpose(1, 2) / math.sqrt(q.shape[-1])
+        out[:, t] = (scores.softmax(dim=-1) @ v[:, : t + 1])[:, 0]
+    return out
+
+
+def _attention(q: Tensor, k: Tensor, v: Tensor, *, scale: float, fill: float, dim: int) -> Tensor:
+    """Attention with the given scale, value for future scores and softmax dimension."""
+    scores = (q @ k.transpose(-2, -1) * scale).masked_fill(_future(q.shape[-2]), fill)
+    return scores.softmax(dim=dim) @ v
+
+
+def _sqrt_hs(q: Tensor) -> float:
+    return 1 / math.sqrt(q.shape[-1])
+
+
+ATTENTION_RIGHT = {
+    "book": attention_book,
+    "loop": attention_loop,
+    "torch": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+}
+
+ATTENTION_WRONG = {
+    "forgets_mask": (
+        lambda q, k, v: (q @ k.transpose(-2, -1) * _sqrt_hs(q)).softmax(dim=-1) @ v,
+        "causal",
+    ),
+    "masks_with_zero": (
+        lambda q, k, v: _attention(q, k, v, scale=_sqrt_hs(q), fill=0.0, dim=-1),
+        "causal",
+    ),
+    "softmax_over_queries": (
+        lambda q, k, v: _attention(q, k, v, scale=_sqrt_hs(q), fill=-math.inf, dim=-2),
+        "weights_sum",
+    ),
+    "no_scaling": (
+        lambda q, k, v: _attention(q, k, v, scale=1.0, fill=-math.inf, dim=-1),
+        "matches_torch",
+    ),
+    "scales_by_head_size": (
+        lambda q, k, v: _attention(q, k, v, scale=1 / q.shape[-1], fill=-math.inf, dim=-1),
+        "matches_torch",
+    ),
+    # sqrt(C) of the chapter's example (C = 32) instead of sqrt(head_size).
+    "scales_by_sqrt_C": (
+        lambda q, k, v: _attention(q, k, v, scale=1 / math.sqrt(32), fill=-math.inf, dim=-1),
+        "matches_torch",
+    ),
+    # Returns (output, weights) as the book's helper does.
+    "returns_tuple": (
+        lambda q, k, v: scaled_dot_product_attention(q, k, v, is_causal=True),
+        "shape",
+    ),
+}
+
+
+# Chapter 4: scaled scores --------------------------------------------------------------------
+
+SCORES_RIGHT = {
+    "matmul": lambda q, k: q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]),
+    "einsum": lambda q, k: (
+        torch.einsum("bid,bjd->bij", q * q.shape[-1] ** -0.25, k) * k.shape[-1] ** -0.25
+    ),
+}
+
+SCORES_WRONG = {
+    "no_scaling": (lambda q, k: q @ k.transpose(-2, -1), "variance"),
+    "scales_by_head_size": (lambda q, k: q @ k.transpose(-2, -1) / q.shape[-1], "variance"),
+    "scales_by_sqrt_C": (lambda q, k: q @ k.transpose(-2, -1) / math.sqrt(32), "variance"),
+    "scales_by_C": (lambda q, k: q @ k.transpose(-2, -1) / 32, "variance"),
+    "keys_in_rows": (
+        lambda q, k: k @ q.transpose(-2, -1) / math.sqrt(q.shape[-1]),
+        "rows_and_columns",
+    ),
+    # k.T on a 3-D tensor reverses all three dimensions.
+    "transposes_all_dims": (lambda q, k: q @ k.T / math.sqrt(q.shape[-1]), "shape"),
+    # Scaled by sqrt(head_size) times a constant close to 1 (here sqrt(head_size + 2)): only
+    # the exact formula tells it apart.
+    "off_by_two": (
+        lambda q, k: q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1] + 2),
+        "formula",
+    ),
+}
+
+
 # --------------------------------------------------------------------------------------------
 # The checkers, each with a right answer and the arguments of one call
 # --------------------------------------------------------------------------------------------
@@ -127,6 +226,8 @@ SOFTMAX_WRONG = {
 CHECKERS: dict[str, tuple[Callable[..., CheckResult], dict[str, Any], dict[str, Any]]] = {
     "running_average": (check_running_average, AVERAGE_RIGHT, AVERAGE_WRONG),
     "causal_softmax": (check_causal_softmax, SOFTMAX_RIGHT, SOFTMAX_WRONG),
+    "causal_attention": (check_causal_attention, ATTENTION_RIGHT, ATTENTION_WRONG),
+    "scaled_scores": (check_scaled_scores, SCORES_RIGHT, SCORES_WRONG),
 }
 
 
