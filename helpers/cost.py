@@ -6,19 +6,67 @@ The counting functions follow the model in ``helpers.model`` exactly (pre-LayerN
 4x MLP, tied token embedding and LM head, learned positions). FLOPs count the multiply-adds of
 matrix products, 2 FLOPs each, the way ``torch.utils.flop_counter.FlopCounterMode`` counts them;
 LayerNorm, softmax, GELU and bias additions are left out (they are a few percent at most).
-Attention is counted densely, all ``T x T`` query-key pairs: that is what an explicit
-implementation (``q @ k.T``, mask, softmax, ``@ v``) computes before the causal mask throws
-half of it away. (Tools to measure time and memory are in ``helpers.measure``.)
+
+Attention is counted densely by default, all ``T x T`` query-key pairs: that is what an
+explicit implementation (``q @ k.T``, mask, softmax, ``@ v``) computes before the causal mask
+throws about half of it away. A causal-aware kernel skips work above the diagonal:
+``causal=True`` counts only the ``T (T + 1) / 2`` visible pairs (the causal half that Kaplan et
+al. count), and ``causal=True, blocks=(q_block, kv_block)`` counts what a tiled kernel computes
+when it skips the key blocks that lie wholly above the diagonal but computes (and masks) the rest
+of the block that the diagonal cuts; PyTorch's CPU flash-attention kernel works that way
+(``aten/src/ATen/native/cpu/FlashAttentionKernel.cpp``). See :func:`attention_pairs`.
+(Tools to measure time and memory are in ``helpers.measure``.)
 """
 
 from __future__ import annotations
 
 from helpers.model import GPTConfig
+from helpers.validation import check_positive_int
 
 
 def _check_config(config: GPTConfig) -> None:
     if not isinstance(config, GPTConfig):
         raise ValueError(f"expected a GPTConfig, got {type(config).__name__}")
+
+
+def attention_pairs(T: int, *, causal: bool = False, blocks: tuple[int, int] | None = None) -> int:
+    """Number of query-key pairs whose score an attention implementation computes, per head and
+    per sequence of ``T`` tokens (each pair costs ``2 head_size`` FLOPs for the score and as
+    many for the weighted value).
+
+    - ``causal=False``: all ``T * T`` pairs, what the explicit implementation computes (the
+      causal mask then discards the pairs above the diagonal).
+    - ``causal=True``: only the ``T (T + 1) / 2`` pairs on or below the diagonal, an ideal
+      causal kernel (the count of Kaplan et al., 2020, up to the diagonal).
+    - ``causal=True, blocks=(q_block, kv_block)``: a tiled causal kernel. Queries are taken in
+      blocks of ``q_block``; for the block starting at query ``m`` the loop over keys stops at
+      the block's last query, ``min(m + q_block, T)``, but it proceeds in whole key blocks of
+      ``kv_block`` (the last one cut at ``T``), so the key block that the diagonal crosses is
+      computed in full and masked. ``blocks=(1, 1)`` gives the ideal count; blocks of ``T`` or
+      more give the dense one.
+
+    Raises:
+        ValueError: if ``T`` or a block size is not a positive int, or ``blocks`` is given
+            without ``causal=True``.
+    """
+    T = check_positive_int("T", T, what="the sequence length")
+    if blocks is not None and not causal:
+        raise ValueError("blocks describe a causal kernel: pass causal=True with them")
+    if not causal:
+        return T * T
+    if blocks is None:
+        return T * (T + 1) // 2
+    if not (isinstance(blocks, tuple) and len(blocks) == 2):
+        raise ValueError(f"blocks must be a pair (q_block, kv_block), got {blocks!r}")
+    q_block = check_positive_int("q_block", blocks[0], what="the query block size")
+    kv_block = check_positive_int("kv_block", blocks[1], what="the key block size")
+    pairs = 0
+    for m in range(0, T, q_block):
+        rows = min(q_block, T - m)
+        last_key = min(m + rows, T)  # keys 0..last_key - 1 are visible to some query here
+        n_kv_blocks = -(-last_key // kv_block)  # key blocks the loop enters
+        pairs += rows * min(n_kv_blocks * kv_block, T)
+    return pairs
 
 
 def param_count(config: GPTConfig, *, non_embedding: bool = False) -> int:
@@ -27,8 +75,8 @@ def param_count(config: GPTConfig, *, non_embedding: bool = False) -> int:
     Per block: ``12 C^2`` weights (``3 C^2`` for queries/keys/values, ``C^2`` for the attention
     output, ``8 C^2`` for the 4x MLP) plus ``2 C`` LayerNorm gains, and with ``bias=True`` another
     ``11 C`` biases (``3C + C + 4C + C`` in the linear layers, ``2C`` in the LayerNorms). Outside
-    the blocks: the token embedding ``V C`` (shared with the LM head, so counted once), the
-    position embedding ``block_size * C`` and the final LayerNorm.
+    the blocks: the token embedding ``vocab_size * C`` (shared with the LM head, so counted
+    once), the position embedding ``block_size * C`` and the final LayerNorm.
 
     Args:
         config: the model's configuration.
@@ -38,22 +86,31 @@ def param_count(config: GPTConfig, *, non_embedding: bool = False) -> int:
         The exact count ``GPT(config).num_params(non_embedding)`` would give.
     """
     _check_config(config)
-    C, L, V = config.n_embd, config.n_layer, config.vocab_size
+    C, L, vocab_size = config.n_embd, config.n_layer, config.vocab_size
     ln = 2 * C if config.bias else C  # LayerNorm gain (and bias)
     per_block = 12 * C * C + 2 * ln + (9 * C if config.bias else 0)
-    total = V * C + L * per_block + ln
+    total = vocab_size * C + L * per_block + ln
     if not non_embedding:
         total += config.block_size * C
     return total
 
 
-def flops_breakdown(config: GPTConfig, T: int, *, batch_size: int = 1) -> dict[str, int]:
+def flops_breakdown(
+    config: GPTConfig,
+    T: int,
+    *,
+    batch_size: int = 1,
+    causal: bool = False,
+    blocks: tuple[int, int] | None = None,
+) -> dict[str, int]:
     """Matrix-product FLOPs of one forward pass over ``batch_size`` sequences of ``T`` tokens.
 
     Per layer and per token: ``2 * 3C^2`` for the query/key/value projection, ``2 * C^2`` for the
-    output projection, ``2 * 8C^2`` for the MLP; per layer and per sequence ``2 T^2 C`` for the
-    scores ``Q K^T`` and ``2 T^2 C`` for the weighted sum of values (summed over heads,
-    ``n_head * head_size = C``); and ``2 C V`` per token for the LM head.
+    output projection, ``2 * 8C^2`` for the MLP; and ``2 C vocab_size`` per token for the LM
+    head. Per layer and per sequence, ``2 P C`` for the scores ``Q K^T`` and ``2 P C`` for the
+    weighted sum of values (summed over heads, ``n_head * head_size = C``), where ``P`` is the
+    number of query-key pairs computed, :func:`attention_pairs` ``(T, causal=..., blocks=...)``:
+    ``T^2`` by default (the explicit implementation), about ``T^2 / 2`` for a causal kernel.
 
     Returns:
         A dict with keys ``"qkv"``, ``"attn_scores"``, ``"attn_values"``, ``"attn_out"``,
@@ -67,30 +124,40 @@ def flops_breakdown(config: GPTConfig, T: int, *, batch_size: int = 1) -> dict[s
         raise ValueError(f"T must be in 1..block_size={config.block_size}, got {T}")
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-    B, C, L, V = batch_size, config.n_embd, config.n_layer, config.vocab_size
+    pairs = attention_pairs(T, causal=causal, blocks=blocks)
+    B, C, L, vocab_size = batch_size, config.n_embd, config.n_layer, config.vocab_size
     return {
         "qkv": 2 * B * T * 3 * C * C * L,
-        "attn_scores": 2 * B * T * T * C * L,
-        "attn_values": 2 * B * T * T * C * L,
+        "attn_scores": 2 * B * pairs * C * L,
+        "attn_values": 2 * B * pairs * C * L,
         "attn_out": 2 * B * T * C * C * L,
         "mlp": 2 * B * T * 8 * C * C * L,
-        "lm_head": 2 * B * T * C * V,
+        "lm_head": 2 * B * T * C * vocab_size,
     }
 
 
-def forward_flops(config: GPTConfig, T: int, *, batch_size: int = 1) -> int:
-    """Total matrix-product FLOPs of a forward pass: ``B (2 T N_mm + 4 L T^2 C)``, where
-    ``N_mm = 12 L C^2 + V C`` are the weights used in matrix products (see ``flops_breakdown``)."""
-    return sum(flops_breakdown(config, T, batch_size=batch_size).values())
+def forward_flops(
+    config: GPTConfig,
+    T: int,
+    *,
+    batch_size: int = 1,
+    causal: bool = False,
+    blocks: tuple[int, int] | None = None,
+) -> int:
+    """Total matrix-product FLOPs of a forward pass: ``B (2 T N_mm + 4 L P C)``, where
+    ``N_mm = 12 L C^2 + vocab_size C`` are the weights used in matrix products and ``P`` the
+    query-key pairs computed (``T^2`` dense; see ``flops_breakdown`` and ``attention_pairs``)."""
+    parts = flops_breakdown(config, T, batch_size=batch_size, causal=causal, blocks=blocks)
+    return sum(parts.values())
 
 
 def flops_per_new_token(config: GPTConfig, T: int, *, use_cache: bool) -> int:
     """FLOPs to get the next-token logits when the context already holds ``T`` tokens.
 
     Without a cache the model reruns the whole context (``forward_flops(config, T)``, as
-    ``GPT.generate`` does). With a key/value cache only the newest token goes through the model:
-    ``2 N_mm`` for its projections, MLPs and LM head, plus ``4 L T C`` for its one query row
-    against the ``T`` cached keys and values.
+    ``GPT.generate`` does, dense attention). With a key/value cache only the newest token goes
+    through the model: ``2 N_mm`` for its projections, MLPs and LM head, plus ``4 L T C`` for its
+    one query row against the ``T`` keys and values (all visible: no mask, nothing to skip).
 
     Raises:
         ValueError: if ``T`` is not in ``1..block_size``.
@@ -100,5 +167,5 @@ def flops_per_new_token(config: GPTConfig, T: int, *, use_cache: bool) -> int:
         raise ValueError(f"T must be in 1..block_size={config.block_size}, got {T}")
     if not use_cache:
         return forward_flops(config, T)
-    C, L, V = config.n_embd, config.n_layer, config.vocab_size
-    return 2 * (12 * L * C * C + V * C) + 4 * L * T * C
+    C, L, vocab_size = config.n_embd, config.n_layer, config.vocab_size
+    return 2 * (12 * L * C * C + vocab_size * C) + 4 * L * T * C

@@ -1,21 +1,21 @@
-"""Parameter and FLOP formulas of helpers.cost against the model itself, and the measurement tools."""
+"""The parameter and FLOP formulas of helpers.cost (chapter 9) against the model and PyTorch."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.testing import assert_close
 from torch.utils.flop_counter import FlopCounterMode
 
-from helpers.attention import scaled_dot_product_attention
-from helpers.cost import flops_breakdown, flops_per_new_token, forward_flops, param_count
-from helpers.measure import (
-    TensorMemoryTracker,
-    loglog_slope,
-    median_time,
-    peak_tensor_bytes,
-    profile_ops,
+from helpers.cost import (
+    attention_pairs,
+    flops_breakdown,
+    flops_per_new_token,
+    forward_flops,
+    param_count,
 )
+from helpers.masking import causal_mask
 from helpers.model import GPT, GPTConfig
 from helpers.multihead import KVCache
 
@@ -74,6 +74,51 @@ def test_breakdown_sums_to_total_and_scales_as_claimed() -> None:
     for name in ("attn_scores", "attn_values"):
         assert doubled[name] == 4 * parts[name]  # quadratic in T
     assert forward_flops(config, 32, batch_size=5) == 5 * forward_flops(config, 32)
+    causal = flops_breakdown(config, 32, causal=True)
+    assert causal["attn_scores"] == 2 * 2 * (32 * 33 // 2) * 16  # L * 2 * pairs * C
+    assert {k: v for k, v in causal.items() if not k.startswith("attn_")} == {
+        k: v for k, v in parts.items() if not k.startswith("attn_")
+    }
+
+
+def tiled_causal_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_block: int, kv_block: int
+) -> torch.Tensor:
+    """Causal attention the way a tiled kernel loops: for each block of queries, only the key
+    blocks up to the block's last query, each key block computed whole (then masked)."""
+    T = q.shape[-2]
+    outs = []
+    for m in range(0, T, q_block):
+        rows = min(q_block, T - m)
+        n_keys = min(-(-(m + rows) // kv_block) * kv_block, T)  # whole key blocks
+        scores = q[..., m : m + rows, :] @ k[..., :n_keys, :].transpose(-2, -1)
+        scores = scores / q.shape[-1] ** 0.5
+        scores = scores.masked_fill(~causal_mask(T)[m : m + rows, :n_keys], float("-inf"))
+        outs.append(torch.softmax(scores, dim=-1) @ v[..., :n_keys, :])
+    return torch.cat(outs, dim=-2)
+
+
+@pytest.mark.parametrize(("T", "blocks"), [(50, (8, 16)), (64, (32, 512)), (37, (5, 3))])
+def test_attention_pairs_count_what_a_tiled_causal_kernel_computes(
+    T: int, blocks: tuple[int, int]
+) -> None:
+    g = torch.Generator().manual_seed(T)
+    q, k, v = torch.randn(3, 1, 2, T, 4, generator=g).unbind(0)
+    with FlopCounterMode(display=False) as counter:
+        out = tiled_causal_attention(q, k, v, *blocks)
+    assert_close(out, F.scaled_dot_product_attention(q, k, v, is_causal=True))
+    pairs = attention_pairs(T, causal=True, blocks=blocks)
+    assert counter.get_total_flops() == 2 * 2 * pairs * 2 * 4  # 2 products x 2 heads x head_size 4
+
+
+def test_attention_pairs_limits() -> None:
+    for T in (1, 7, 64):
+        visible = int(causal_mask(T).sum())
+        assert attention_pairs(T, causal=True) == visible == T * (T + 1) // 2
+        assert attention_pairs(T, causal=True, blocks=(1, 1)) == visible
+        assert attention_pairs(T, causal=True, blocks=(T, T)) == attention_pairs(T) == T * T
+    # PyTorch's CPU kernel at T = 4096 (query blocks of 256, key blocks of 512): 9/16 of dense
+    assert attention_pairs(4096, causal=True, blocks=(256, 512)) == 9 * 4096**2 // 16
 
 
 @pytest.mark.parametrize("T_past", [0, 5, 30])
@@ -117,99 +162,12 @@ def test_cache_saves_flops_for_long_contexts() -> None:
             "block_size=128",
         ),
         (lambda: param_count({"n_embd": 4}), "expected a GPTConfig, got dict"),
+        (lambda: attention_pairs(0), "T must be a positive int"),
+        (lambda: attention_pairs(8, blocks=(2, 2)), "pass causal=True"),
+        (lambda: attention_pairs(8, causal=True, blocks=(2, 0)), "kv_block must be a positive"),
+        (lambda: attention_pairs(8, causal=True, blocks=(2,)), "must be a pair"),
     ],
 )
 def test_counting_errors(call, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         call()
-
-
-def test_median_time_runs_warmup_and_repeats_and_ignores_outliers() -> None:
-    calls = []
-    assert median_time(lambda: calls.append(1), repeats=4, warmup=2) >= 0
-    assert len(calls) == 6
-    durations = iter([0.0, 0.001, 0.05, 0.001])  # one slow run among fast ones
-
-    def sleepy() -> None:
-        import time
-
-        time.sleep(next(durations))
-
-    assert median_time(sleepy, repeats=3, warmup=1) < 0.03
-    with pytest.raises(ValueError, match="repeats must be at least 1"):
-        median_time(lambda: None, repeats=0)
-    with pytest.raises(ValueError, match="warmup must be >= 0"):
-        median_time(lambda: None, warmup=-1)
-    with pytest.raises(ValueError, match="min_seconds must be >= 0"):
-        median_time(lambda: None, min_seconds=-1.0)
-    with pytest.raises(ValueError, match=r"max_repeats \(2\) must be at least repeats \(3\)"):
-        median_time(lambda: None, repeats=3, max_repeats=2)
-
-
-def test_median_time_repeats_fast_calls_until_min_seconds() -> None:
-    calls = []
-    median_time(lambda: calls.append(1), repeats=2, warmup=0, min_seconds=10.0, max_repeats=50)
-    assert len(calls) == 50  # capped: 50 no-ops never add up to 10 seconds
-    calls.clear()
-    median_time(lambda: calls.append(1), repeats=7, warmup=0, min_seconds=0.0)
-    assert len(calls) == 7
-
-
-def test_profile_ops_reports_the_matmul_and_prints_nothing(
-    capfd: pytest.CaptureFixture[str],
-) -> None:
-    a = torch.randn(200, 200)
-    ops = profile_ops(lambda: a @ a)
-    self_time = {e.key: e.self_cpu_time_total for e in ops}
-    assert "aten::mm" in self_time and self_time["aten::mm"] > 0
-    assert max(self_time, key=self_time.get) == "aten::mm"
-    out, err = capfd.readouterr()
-    assert out == "" and "profiler_start" not in err
-
-
-def test_memory_tracker_counts_new_storage_once() -> None:
-    assert peak_tensor_bytes(lambda: torch.ones(1000)) == 4000
-    x = torch.ones(250, 4)
-    assert peak_tensor_bytes(lambda: x.view(1000)) == 0  # a view allocates nothing
-    assert peak_tensor_bytes(lambda: x.mul_(2)) == 0  # in place
-    assert peak_tensor_bytes(lambda: x.T.contiguous()) == 4000  # a real copy
-
-    def chain() -> torch.Tensor:
-        y = torch.ones(1000)  # 4000 bytes
-        for _ in range(5):
-            y = y + 1  # the old y is freed after each step: at most two alive at once
-        return y
-
-    with TensorMemoryTracker() as tracker:
-        y = chain()
-    assert tracker.peak == 8000
-    assert tracker.current == 4000  # only the result is still alive
-    del y
-    assert tracker.current == 0
-
-
-@pytest.mark.parametrize("T", [64, 128, 256])
-def test_explicit_attention_keeps_three_score_matrices_fused_keeps_none(T: int) -> None:
-    g = torch.Generator().manual_seed(T)
-    q, k, v = torch.randn(3, 1, 2, T, 8, generator=g).unbind(0)
-    scores = 2 * T * T * 4  # (1, 2, T, T) float32
-    explicit = peak_tensor_bytes(lambda: scaled_dot_product_attention(q, k, v, is_causal=True))
-    fused = peak_tensor_bytes(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True))
-    assert 3 * scores <= explicit < 3 * scores + 3 * q.nbytes
-    assert fused < scores // 4
-    assert fused >= q.nbytes  # the output, at least
-
-
-def test_loglog_slope() -> None:
-    xs = [1.0, 2.0, 4.0, 8.0]
-    assert loglog_slope(xs, [3 * x**2 for x in xs]) == pytest.approx(2.0)
-    assert loglog_slope(xs, [5.0] * 4) == pytest.approx(0.0)
-    assert loglog_slope(xs, [1 / x for x in xs]) == pytest.approx(-1.0)
-    with pytest.raises(ValueError, match="same length"):
-        loglog_slope([1, 2], [1])
-    with pytest.raises(ValueError, match="at least 2 points"):
-        loglog_slope([1], [1])
-    with pytest.raises(ValueError, match="positive"):
-        loglog_slope([1, 2], [0, 1])
-    with pytest.raises(ValueError, match="all x values are equal"):
-        loglog_slope([2, 2], [1, 3])
