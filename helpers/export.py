@@ -46,6 +46,9 @@ def export_gpt(
 ) -> Path:
     """Write ``model``'s configuration, vocabulary and weights to the JavaScript file ``path``.
 
+    The file holds one statement, ``globalThis.AFS_GPT_MODEL = {...};``, whose value is
+    :func:`gpt_payload`'s JSON.
+
     Args:
         model: the GPT to export (its weights are copied to the CPU; the model is not changed).
         tokenizer: its character tokenizer (the vocabulary must match ``model.config.vocab_size``).
@@ -62,6 +65,25 @@ def export_gpt(
             whose LM head is not tied to its token embedding, or a weight that float16 cannot hold
             (larger than 65504 in magnitude, or not finite).
     """
+    payload = gpt_payload(model, tokenizer, dtype=dtype, description=description)
+    text = (
+        "// A character-level GPT exported by helpers.export.export_gpt (Attention from Scratch).\n"
+        "// Load it in a page with <script src=...>, or in Python with helpers.export.load_gpt.\n"
+        + _PREFIX
+        + json.dumps(payload, ensure_ascii=True, separators=(",", ":"))
+        + ";\n"
+    )
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def gpt_payload(
+    model: GPT, tokenizer: CharTokenizer, *, dtype: str = "float16", description: str = ""
+) -> dict:
+    """The JSON-ready object :func:`export_gpt` writes: format, configuration, vocabulary and
+    base64-encoded weights (arguments and errors as for :func:`export_gpt`)."""
     if dtype not in _DTYPES:
         raise ValueError(f"dtype must be one of {sorted(_DTYPES)}, got {dtype!r}")
     if not isinstance(model, GPT):
@@ -93,7 +115,7 @@ def export_gpt(
         chunks.append(raw)
         offset += stored.size
     data = b"".join(chunks)
-    payload = {
+    return {
         "format": FORMAT,
         "version": VERSION,
         "description": description,
@@ -105,17 +127,6 @@ def export_gpt(
         "sha256": hashlib.sha256(data).hexdigest(),
         "data": base64.b64encode(data).decode("ascii"),
     }
-    text = (
-        "// A character-level GPT exported by helpers.export.export_gpt (Attention from Scratch).\n"
-        "// Load it in a page with <script src=...>, or in Python with helpers.export.load_gpt.\n"
-        + _PREFIX
-        + json.dumps(payload, ensure_ascii=True, separators=(",", ":"))
-        + ";\n"
-    )
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
-    return path
 
 
 def read_export(path: str | Path) -> dict:
