@@ -722,3 +722,420 @@ def check_scaled_scores(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
             _Property("formula", "equals q @ k^T / sqrt(head_size)", scale_hint, formula),
         ],
     )
+
+
+# --------------------------------------------------------------------------------------------
+# Chapter 5, "Multi-head and cross-attention"
+# --------------------------------------------------------------------------------------------
+
+
+def check_split_heads(
+    split_heads: Callable[[torch.Tensor, int], torch.Tensor],
+    merge_heads: Callable[[torch.Tensor], torch.Tensor],
+) -> CheckResult:
+    """Check the reader's head splitting and merging (chapter 5, "Multi-head and cross-attention").
+
+    The reader writes ``split_heads(x, n_head)``: ``x`` is ``(B, T, C)``; it returns
+    ``(B, n_head, T, head_size)`` with ``head_size = C // n_head``, head ``h`` holding channels
+    ``h * head_size`` to ``(h + 1) * head_size - 1``; and ``merge_heads(y)``: ``y`` is
+    ``(B, n_head, T, head_size)``; it returns the ``(B, T, C)`` tensor that undoes the split.
+
+    Properties: ``split_heads`` has shape ``(B, n_head, T, head_size)``; head ``h`` of the split
+    is ``x[..., h * head_size:(h + 1) * head_size]``; ``merge_heads`` puts head ``h`` back in
+    those channels (shape ``(B, T, C)``); ``merge_heads(split_heads(x))`` is ``x``; attention
+    computed with the two functions equals a loop over separate heads with copied weights.
+    """
+    # (B, T, C, n_head): several heads, T = 1, a single head, head_size = 1, a larger case.
+    cases = [(2, 5, 12, 3), (1, 1, 8, 2), (2, 3, 6, 1), (1, 4, 4, 4), (3, 7, 16, 4)]
+
+    def describe(B: int, T: int, C: int, n_head: int, seed: int) -> str:
+        return f"x of shape {_shape((B, T, C))}, n_head = {n_head}, seed {seed}"
+
+    def split(s: _Session, B: int, T: int, C: int, n_head: int, seed: int) -> tuple[Any, ...]:
+        x = _randn(B, T, C, seed=seed)
+        what = "split_heads(x, n_head) with " + describe(B, T, C, n_head, seed)
+        y = s.call(split_heads, x, n_head, input=what)
+        return x, _tensor_out(y, (B, n_head, T, C // n_head), "split_heads's output")
+
+    def split_shape(s: _Session) -> None:
+        for seed, case in enumerate(cases, start=1):
+            split(s, *case, seed)
+
+    def split_heads_are_slices(s: _Session) -> None:
+        for seed, (B, T, C, n_head) in enumerate(cases, start=1):
+            x, y = split(s, B, T, C, n_head, seed)
+            hs = C // n_head
+            for h in range(n_head):
+                problem = _differ(y[:, h], x[..., h * hs : (h + 1) * hs], atol=0, rtol=0)
+                if problem is not None:
+                    raise _Mismatch(
+                        f"head {h} = x[..., {h * hs}:{(h + 1) * hs}] (channels of every token)",
+                        f"head {h}: {problem}",
+                    )
+
+    def merge(s: _Session) -> None:
+        for seed, (B, T, C, n_head) in enumerate(cases, start=1):
+            hs = C // n_head
+            y = _randn(B, n_head, T, hs, seed=seed + 20)
+            what = f"merge_heads(y) with y of shape {_shape(y.shape)}, seed {seed + 20}"
+            x = _tensor_out(s.call(merge_heads, y, input=what), (B, T, C), "merge_heads's output")
+            for h in range(n_head):
+                problem = _differ(x[..., h * hs : (h + 1) * hs], y[:, h], atol=0, rtol=0)
+                if problem is not None:
+                    raise _Mismatch(
+                        f"channels {h * hs}..{(h + 1) * hs - 1} of every token = head {h}",
+                        f"channels {h * hs}..{(h + 1) * hs - 1}: {problem}",
+                    )
+
+    def round_trip(s: _Session) -> None:
+        for seed, (B, T, C, n_head) in enumerate(cases, start=1):
+            x, y = split(s, B, T, C, n_head, seed)
+            what = "merge_heads(split_heads(x, n_head)) with " + describe(B, T, C, n_head, seed)
+            back = s.call(merge_heads, y, input=what)
+            _expect_close(_tensor_out(back, (B, T, C), "merge_heads's output"), x, "x", atol=0)
+
+    def per_head_loop(s: _Session) -> None:
+        from helpers.multihead import (
+            MultiHeadAttention,
+            MultiHeadAttentionConcat,
+            copy_concat_to_fused,
+        )
+
+        for seed, (B, T, C, n_head) in enumerate([(2, 6, 12, 3), (1, 5, 16, 4)], start=30):
+            torch.manual_seed(seed)
+            looped = MultiHeadAttentionConcat(C, n_head)  # one Head module per head
+            fused = MultiHeadAttention(C, n_head)
+            copy_concat_to_fused(looped, fused)
+            x = _randn(B, T, C, seed=seed)
+            q, k, v = fused.c_attn(x).split(C, dim=2)  # (B, T, C) each, as in the layer
+            where = f"one attention layer, {describe(B, T, C, n_head, seed)}"
+            heads = []
+            for name, t in (("q", q), ("k", k), ("v", v)):
+                what = f"split_heads({name}, n_head) in {where}"
+                out = s.call(split_heads, t, n_head, input=what)
+                heads.append(_tensor_out(out, (B, n_head, T, C // n_head), "split_heads's output"))
+            y = F.scaled_dot_product_attention(*heads, is_causal=True)  # (B, n_head, T, hs)
+            merged = s.call(merge_heads, y, input=f"merge_heads(attention output) in {where}")
+            out = fused.c_proj(_tensor_out(merged, (B, T, C), "merge_heads's output"))
+            _expect_close(
+                out,
+                looped(x),
+                "the output of the same heads run one by one (MultiHeadAttentionConcat)",
+            )
+
+    split_hint = (
+        "x.view(B, T, n_head, head_size).transpose(1, 2): split the channels first, then move "
+        "the head axis forward (a direct view(B, n_head, T, head_size) mixes tokens)."
+    )
+    merge_hint = (
+        "y.transpose(1, 2).reshape(B, T, C): move the head axis back next to head_size first "
+        "(reshape, or .contiguous().view, since the transpose is not contiguous)."
+    )
+    return _run(
+        "check_split_heads",
+        [
+            _Property(
+                "split_shape",
+                "split_heads gives (B, n_head, T, head_size)",
+                split_hint,
+                split_shape,
+            ),
+            _Property(
+                "split_slices",
+                "head h of split_heads(x) is x[..., h*head_size:(h+1)*head_size]",
+                split_hint,
+                split_heads_are_slices,
+            ),
+            _Property("merge", "merge_heads puts head h back in its channels", merge_hint, merge),
+            _Property(
+                "round_trip",
+                "merge_heads(split_heads(x)) == x",
+                "merge_heads must undo split_heads exactly: " + merge_hint,
+                round_trip,
+            ),
+            _Property(
+                "per_head_loop",
+                "attention through split/merge equals a per-head loop with copied weights",
+                "Split q, k and v the same way, and merge the heads back in order.",
+                per_head_loop,
+            ),
+        ],
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Chapter 6, "Positional encoding"
+# --------------------------------------------------------------------------------------------
+
+
+def check_sinusoidal_encoding(fn: Callable[..., torch.Tensor]) -> CheckResult:
+    """Check the reader's sinusoidal position encoding (chapter 6, "Positional encoding").
+
+    The reader writes ``fn(T, d_model, base=10000.0)``; it returns the ``(T, d_model)`` encodings
+    of positions ``0 .. T-1``: ``PE[pos, 2i] = sin(pos / base**(2i / d_model))`` and
+    ``PE[pos, 2i+1] = cos(pos / base**(2i / d_model))`` (sine and cosine interleaved over the
+    dimensions, as ``helpers.positional.sinusoidal_encoding``).
+
+    Properties: the shape is ``(T, d_model)``; every value lies in ``[-1, 1]``; distinct
+    positions get distinct rows; shifting by ``k`` positions is a rotation,
+    ``PE[pos + k] = M_k PE[pos]`` with ``M_k`` from ``helpers.positional.sinusoidal_shift_matrix``
+    (for the ``base`` passed in); with the default base the encoding equals the formula with
+    base 10000.
+    """
+    from helpers.positional import sinusoidal_encoding, sinusoidal_shift_matrix
+
+    cases = [(1, 2), (10, 8), (50, 16), (64, 32)]
+
+    def call(s: _Session, T: int, d: int, base: float | None = None) -> torch.Tensor:
+        if base is None:
+            out = s.call(fn, T, d, input=f"T = {T}, d_model = {d} (default base)")
+        else:
+            out = s.call(fn, T, d, base=base, input=f"T = {T}, d_model = {d}, base = {base}")
+        return _tensor_out(out, (T, d), "the encodings")
+
+    def shape(s: _Session) -> None:
+        for T, d in cases:
+            call(s, T, d)
+
+    def bounded(s: _Session) -> None:
+        for T, d in cases:
+            pe = call(s, T, d)
+            if not (pe.abs() <= 1 + 1e-6).all() or not torch.isfinite(pe).all():
+                bad = pe[~(pe.abs() <= 1 + 1e-6)]
+                raise _Mismatch("every value in [-1, 1] (sines and cosines)", f"{_nums(bad)}")
+
+    def distinct(s: _Session) -> None:
+        T, d = 64, 16
+        pe = call(s, T, d).double()
+        gaps = torch.cdist(pe, pe) + torch.eye(T) * 1e9
+        closest = gaps.min()
+        if closest < 1e-3:
+            i, j = (int(n) for n in torch.unravel_index(gaps.argmin(), gaps.shape))
+            raise _Mismatch(
+                "a different row for every position",
+                f"rows {i} and {j} differ by only {_num(closest.item())} (Euclidean distance)",
+                "Multiply each frequency by the position: the angle is pos * base**(-2i/d_model).",
+            )
+
+    def shift(s: _Session) -> None:
+        for base in (10000.0, 100.0):
+            for T, d in ((20, 8), (40, 16)):
+                pe = call(s, T, d, base).double()
+                for k in (1, 3, 7):
+                    m = sinusoidal_shift_matrix(k, d, base, dtype=torch.float64)
+                    problem = _differ(pe[k:], pe[:-k] @ m.T, atol=1e-5)
+                    if problem is not None:
+                        raise _Mismatch(
+                            f"PE[pos + {k}] = M_{k} PE[pos] for every pos",
+                            f"PE[pos + {k}] differs: {problem}",
+                        )
+
+    def formula(s: _Session) -> None:
+        for T, d in cases:
+            pe = call(s, T, d)
+            _expect_close(
+                pe,
+                sinusoidal_encoding(T, d, dtype=torch.float64),
+                "sin / cos(pos / 10000**(2i / d_model)) in columns 2i / 2i+1",
+                atol=1e-5,
+            )
+
+    layout_hint = (
+        "Interleave over the dimensions: column 2i = sin(pos * w_i), column 2i+1 = cos(pos * w_i) "
+        "with w_i = base**(-2i/d_model), for every position (not sin for even positions)."
+    )
+    return _run(
+        "check_sinusoidal_encoding",
+        [
+            _Property("shape", "shape (T, d_model)", "Return one (T, d_model) tensor.", shape),
+            _Property(
+                "bounded",
+                "values in [-1, 1]",
+                "Every entry is a sine or a cosine of an angle.",
+                bounded,
+            ),
+            _Property("distinct", "distinct positions get distinct rows", layout_hint, distinct),
+            _Property(
+                "shift",
+                "shifting by k positions is a rotation: PE[pos + k] = M_k PE[pos]",
+                layout_hint,
+                shift,
+            ),
+            _Property(
+                "formula",
+                "with the default base, equals the formula with base 10000",
+                "The default base is 10000 (def fn(T, d_model, base=10000.0)), as in the paper.",
+                formula,
+            ),
+        ],
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Chapter 7, "Tiny Shakespeare and a bigram model"
+# --------------------------------------------------------------------------------------------
+
+
+def check_get_batch(fn: Callable[..., tuple[torch.Tensor, torch.Tensor]]) -> CheckResult:
+    """Check the reader's batch sampler (chapter 7, "Tiny Shakespeare and a bigram model").
+
+    The reader writes ``fn(data, block_size, batch_size, generator)``: ``data`` is a 1-D tensor of
+    token ids and ``generator`` a ``torch.Generator``; it returns ``(x, y)``, both
+    ``(batch_size, block_size)`` with the dtype of ``data``: each row of ``x`` is a window of
+    ``block_size`` consecutive tokens starting at a random position drawn with ``generator``, and
+    ``y`` holds the next token for each of them (the same window, one position later in the data).
+
+    Properties: shapes and dtype; every window, targets included, lies inside the data; ``y`` is
+    the window shifted by one in the data; the same generator seed gives the same batch (whatever
+    the global random state); window starts cover every valid position, first and last included.
+    The check's data are distinct token ids, so each window's start can be located in the data.
+    """
+
+    def data_of(n: int, seed: int) -> torch.Tensor:
+        return torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+
+    def call(
+        s: _Session, data: torch.Tensor, block: int, batch: int, seed: int, what: str = ""
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        text = what or (
+            f"data of {len(data)} tokens, block_size = {block}, batch_size = {batch}, "
+            f"generator seeded with {seed}"
+        )
+        g = torch.Generator().manual_seed(seed)
+        out = s.call(fn, data, block, batch, generator=g, input=text)
+        if not isinstance(out, tuple | list) or len(out) != 2:
+            got = f"a {type(out).__name__}"
+            if isinstance(out, tuple | list):
+                got += f" of {len(out)} items"
+            raise _Mismatch("a pair (x, y)", got, "Return x, y.")
+        for name, t in zip("xy", out, strict=True):
+            if not isinstance(t, torch.Tensor):
+                raise _Mismatch(f"{name}: a tensor", f"a {type(t).__name__}", "Return tensors.")
+            if tuple(t.shape) != (batch, block):
+                raise _Mismatch(
+                    f"{name} of shape {_shape((batch, block))} (batch_size, block_size)",
+                    f"shape {_shape(t.shape)}",
+                )
+            if t.dtype != data.dtype:
+                raise _Mismatch(f"{name} of dtype {data.dtype} (token ids)", f"dtype {t.dtype}")
+        return out[0], out[1]
+
+    def starts(data: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        position = torch.empty_like(data)
+        position[data] = torch.arange(len(data))
+        return position[x[:, 0]]
+
+    def shape(s: _Session) -> None:
+        for n, block, batch, seed in ((1000, 8, 4, 1), (1000, 1, 1, 2), (500, 16, 3, 3)):
+            call(s, data_of(n, seed), block, batch, seed)
+
+    def inside(s: _Session) -> None:
+        block = 6
+        for n, seed in ((block + 3, 4), (block + 4, 5), (200, 6)):
+            data = data_of(n, seed)
+            x, y = call(s, data, block, 64, seed)
+            x0 = starts(data, x)
+            for b in range(64):
+                first = int(x0[b])
+                if first + block >= n or not torch.equal(x[b], data[first : first + block]):
+                    raise _Mismatch(
+                        "each row of x = data[s : s + block_size] with s + block_size <= "
+                        f"{n - 1} (the target of the last token must exist)",
+                        f"row {b} of x is {_nums(x[b], 8)}, which starts at data[{first}] but is "
+                        f"not data[{first}:{first + block}] inside the data",
+                    )
+
+    def shifted(s: _Session) -> None:
+        for n, block, batch, seed in ((1000, 8, 4, 7), (300, 16, 8, 8)):
+            data = data_of(n, seed)
+            x, y = call(s, data, block, batch, seed)
+            x0 = starts(data, x)
+            for b in range(batch):
+                first = int(x0[b])
+                want = data[first + 1 : first + block + 1]
+                if not torch.equal(y[b], want):
+                    raise _Mismatch(
+                        f"row {b} of y = data[{first + 1}:{first + block + 1}] "
+                        f"= {_nums(want, 5)} (row {b} of x starts at data[{first}])",
+                        f"{_nums(y[b], 5)}",
+                    )
+
+    def reproducible(s: _Session) -> None:
+        data = data_of(1000, 9)
+        batches = []
+        for global_seed in (1, 2):
+            torch.manual_seed(global_seed)
+            what = (
+                "data of 1000 tokens, block_size = 8, batch_size = 4, a generator seeded with 9, "
+                f"global seed {global_seed}"
+            )
+            batches.append(call(s, data, 8, 4, 9, what))
+        torch.manual_seed(0)
+        for name, a, b in zip("xy", batches[0], batches[1], strict=True):
+            if not torch.equal(a, b):
+                raise _Mismatch(
+                    f"the same {name} from two generators seeded alike",
+                    f"{_nums(a[0], 5)} the first time, {_nums(b[0], 5)} the second (row 0)",
+                )
+
+    def spread(s: _Session) -> None:
+        block = 6
+        for n in (block + 3, block + 2, 1000):
+            data = data_of(n, 10)
+            x, _ = call(s, data, block, 256, 10)
+            seen = starts(data, x)
+            last = n - block - 1
+            if n < 100:
+                missing = sorted(set(range(last + 1)) - set(seen.tolist()))
+                if missing:
+                    raise _Mismatch(
+                        f"every start 0..{last} drawn at least once in 256 windows",
+                        f"start {missing[0]} never drawn (starts drawn: "
+                        f"{sorted(set(seen.tolist()))})",
+                    )
+            elif seen.min() > 50 or seen.max() < last - 50:
+                raise _Mismatch(
+                    f"starts spread over 0..{last} (the smallest below 50, the largest above "
+                    f"{last - 50})",
+                    f"starts from {int(seen.min())} to {int(seen.max())}",
+                )
+
+    range_hint = (
+        "Draw the starts with torch.randint(len(data) - block_size, (batch_size,), "
+        "generator=generator): s + block_size must still be a position in the data."
+    )
+    return _run(
+        "check_get_batch",
+        [
+            _Property(
+                "shape",
+                "x and y are (batch_size, block_size) token ids",
+                "Stack the windows: torch.stack([data[s : s + block_size] for s in starts]).",
+                shape,
+            ),
+            _Property(
+                "inside",
+                "every window, with its targets, lies inside the data",
+                range_hint,
+                inside,
+            ),
+            _Property(
+                "shifted",
+                "y is x shifted by one position in the data",
+                "y[b] = data[s + 1 : s + block_size + 1]: every target is the next token.",
+                shifted,
+            ),
+            _Property(
+                "reproducible",
+                "the same generator seed gives the same batch",
+                "Pass generator=generator to torch.randint, so the global random state is unused.",
+                reproducible,
+            ),
+            _Property(
+                "spread",
+                "starts cover every valid position, the last one included",
+                range_hint,
+                spread,
+            ),
+        ],
+    )

@@ -24,11 +24,17 @@ from helpers.checking import (
     CheckResult,
     check_causal_attention,
     check_causal_softmax,
+    check_get_batch,
     check_running_average,
     check_scaled_scores,
+    check_sinusoidal_encoding,
+    check_split_heads,
 )
 from helpers.masking import apply_causal_mask
+from helpers.multihead import MultiHeadAttention
+from helpers.positional import sinusoidal_encoding
 from helpers.softmax import stable_softmax
+from helpers.training import get_batch
 
 Tensor = torch.Tensor
 
@@ -219,6 +225,191 @@ SCORES_WRONG = {
 }
 
 
+# Chapter 5: split and merge heads ------------------------------------------------------------
+
+
+def split_book(x: Tensor, n_head: int) -> Tensor:
+    """The book's layer's own split (a method of MultiHeadAttention)."""
+    return MultiHeadAttention(x.shape[-1], n_head)._split_heads(x)
+
+
+def merge_book(y: Tensor) -> Tensor:
+    """The line that merges the heads in MultiHeadAttention.forward."""
+    B, n_head, T, hs = y.shape
+    return y.transpose(1, 2).contiguous().view(B, T, n_head * hs)
+
+
+def split_stack(x: Tensor, n_head: int) -> Tensor:
+    """Independent answer: cut the channels into heads and stack them on a new axis."""
+    return torch.stack(x.split(x.shape[-1] // n_head, dim=-1), dim=1)
+
+
+def merge_cat(y: Tensor) -> Tensor:
+    return torch.cat(y.unbind(dim=1), dim=-1)
+
+
+def split_view_only(x: Tensor, n_head: int) -> Tensor:
+    """view to (B, n_head, T, head_size) without the transpose: heads mix tokens."""
+    B, T, C = x.shape
+    return x.view(B, n_head, T, C // n_head)
+
+
+def split_interleaved(x: Tensor, n_head: int) -> Tensor:
+    """Head axis taken from the last position: head h gets channels h, h + n_head, ..."""
+    B, T, C = x.shape
+    return x.view(B, T, C // n_head, n_head).permute(0, 3, 1, 2)
+
+
+def merge_without_transpose(y: Tensor) -> Tensor:
+    B, n_head, T, hs = y.shape
+    return y.reshape(B, T, n_head * hs)
+
+
+def merge_view_not_contiguous(y: Tensor) -> Tensor:
+    B, n_head, T, hs = y.shape
+    return y.transpose(1, 2).view(B, T, n_head * hs)  # RuntimeError: view size is not compatible
+
+
+def merge_wrong_axes(y: Tensor) -> Tensor:
+    """Transposes head_size with T: tokens and channels mixed."""
+    B, n_head, T, hs = y.shape
+    return y.transpose(2, 3).reshape(B, T, n_head * hs)
+
+
+SPLIT_RIGHT = {"book": (split_book, merge_book), "stack_cat": (split_stack, merge_cat)}
+
+SPLIT_WRONG = {
+    "split_view_without_transpose": ((split_view_only, merge_book), "split_slices"),
+    "split_interleaved_channels": ((split_interleaved, merge_book), "split_slices"),
+    "split_transposes_wrong_axes": (
+        (lambda x, n: split_book(x, n).transpose(2, 3), merge_book),
+        "split_shape",
+    ),
+    "merge_without_transpose": ((split_book, merge_without_transpose), "merge"),
+    "merge_view_not_contiguous": ((split_book, merge_view_not_contiguous), "merge"),
+    "merge_wrong_axes": ((split_book, merge_wrong_axes), "merge"),
+}
+
+
+# Chapter 6: sinusoidal encoding --------------------------------------------------------------
+
+
+def _angles(T: int, d_model: int, base: float) -> Tensor:
+    pos = torch.arange(T, dtype=torch.float64)[:, None]
+    return pos / base ** (torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+
+
+def pe_loops(T: int, d_model: int, base: float = 10000.0) -> Tensor:
+    """Independent answer: the formula entry by entry."""
+    pe = torch.zeros(T, d_model)
+    for pos in range(T):
+        for i in range(d_model // 2):
+            angle = pos / base ** (2 * i / d_model)
+            pe[pos, 2 * i], pe[pos, 2 * i + 1] = math.sin(angle), math.cos(angle)
+    return pe
+
+
+def pe_split_over_positions(T: int, d_model: int, base: float = 10000.0) -> Tensor:
+    """sin on even positions, cos on odd positions (instead of even and odd dimensions)."""
+    a = _angles(T, d_model, base).repeat_interleave(2, dim=1)
+    pe = torch.cos(a)
+    pe[0::2] = torch.sin(a[0::2])
+    return pe.float()
+
+
+def pe_halves(T: int, d_model: int, base: float = 10000.0) -> Tensor:
+    """All sines first, then all cosines (not interleaved)."""
+    a = _angles(T, d_model, base)
+    return torch.cat([a.sin(), a.cos()], dim=-1).float()
+
+
+def pe_exponent_i(T: int, d_model: int, base: float = 10000.0) -> Tensor:
+    """Frequencies base**(-i/d_model) instead of base**(-2i/d_model)."""
+    a = _angles(T, 2 * d_model, base)[:, : d_model // 2]
+    return torch.stack([a.sin(), a.cos()], dim=-1).reshape(T, d_model).float()
+
+
+PE_RIGHT = {"book": sinusoidal_encoding, "loops": pe_loops}
+
+PE_WRONG = {
+    "split_over_positions": (pe_split_over_positions, "shift"),
+    "sin_cos_halves": (pe_halves, "shift"),
+    "exponent_i_not_2i": (pe_exponent_i, "shift"),
+    "base_1000": (lambda T, d_model, base=1000.0: sinusoidal_encoding(T, d_model, base), "formula"),
+    "forgets_position": (
+        lambda T, d, base=10000.0: sinusoidal_encoding(1, d).expand(T, d),
+        "distinct",
+    ),
+    "unscaled_positions": (
+        lambda T, d, base=10000.0: torch.arange(T, dtype=torch.float32)[:, None].expand(T, d),
+        "bounded",
+    ),
+}
+
+
+# Chapter 7: get_batch ------------------------------------------------------------------------
+
+
+def batch_book(
+    data: Tensor, block_size: int, batch_size: int, generator: torch.Generator
+) -> tuple[Tensor, Tensor]:
+    return get_batch(data, block_size, batch_size, generator=generator)
+
+
+def _batch(
+    data: Tensor,
+    block_size: int,
+    batch_size: int,
+    generator: torch.Generator | None,
+    *,
+    high: int = 0,
+    shift: int = 1,
+    wrap: bool = False,
+) -> tuple[Tensor, Tensor]:
+    """Windows from starts drawn in 0 .. len(data) - block_size - 1 + high."""
+    starts = torch.randint(len(data) - block_size + high, (batch_size,), generator=generator)
+    index = starts[:, None] + torch.arange(block_size)
+    if wrap:
+        return data[index % len(data)], data[(index + shift) % len(data)]
+    x = torch.stack([data[i : i + block_size] for i in index[:, 0]])
+    y = torch.stack([data[i + shift : i + block_size + shift] for i in index[:, 0]])
+    return x, y
+
+
+BATCH_RIGHT = {"book": batch_book, "stack": _batch}
+
+BATCH_WRONG = {
+    "targets_not_shifted": (
+        lambda d, b, n, generator: _batch(d, b, n, generator, shift=0),
+        "shifted",
+    ),
+    "targets_shifted_inside_x": (
+        lambda d, b, n, generator: (lambda x: (x, x.roll(-1, dims=1)))(
+            _batch(d, b, n, generator)[0]
+        ),
+        "shifted",
+    ),
+    "windows_past_the_end": (
+        lambda d, b, n, generator: _batch(d, b, n, generator, high=1),
+        "inside",
+    ),
+    "windows_wrap_around": (
+        lambda d, b, n, generator: _batch(d, b, n, generator, high=1, wrap=True),
+        "inside",
+    ),
+    "ignores_generator": (lambda d, b, n, generator: _batch(d, b, n, None), "reproducible"),
+    "misses_last_start": (lambda d, b, n, generator: _batch(d, b, n, generator, high=-1), "spread"),
+    "always_starts_at_0": (
+        lambda d, b, n, generator: _batch(d, b, n, generator, high=-(len(d) - b - 1)),
+        "spread",
+    ),
+    "float_tokens": (
+        lambda d, b, n, generator: tuple(t.float() for t in _batch(d, b, n, generator)),
+        "shape",
+    ),
+}
+
+
 # --------------------------------------------------------------------------------------------
 # The checkers, each with a right answer and the arguments of one call
 # --------------------------------------------------------------------------------------------
@@ -228,6 +419,9 @@ CHECKERS: dict[str, tuple[Callable[..., CheckResult], dict[str, Any], dict[str, 
     "causal_softmax": (check_causal_softmax, SOFTMAX_RIGHT, SOFTMAX_WRONG),
     "causal_attention": (check_causal_attention, ATTENTION_RIGHT, ATTENTION_WRONG),
     "scaled_scores": (check_scaled_scores, SCORES_RIGHT, SCORES_WRONG),
+    "split_heads": (check_split_heads, SPLIT_RIGHT, SPLIT_WRONG),
+    "sinusoidal_encoding": (check_sinusoidal_encoding, PE_RIGHT, PE_WRONG),
+    "get_batch": (check_get_batch, BATCH_RIGHT, BATCH_WRONG),
 }
 
 
