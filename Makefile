@@ -24,7 +24,7 @@ NBVAL   = --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize
           --nbval-cell-timeout=900
 
 .PHONY: book test test-unit test-book test-notebooks nbval lint format install chromium \
-        execute lab lock clean check-python
+        execute lab lock clean check-python diagrams
 
 check-python:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { \
@@ -87,6 +87,10 @@ nbval: install
 execute: install
 	IPYTHONDIR=$(CURDIR)/tests/ipython $(BIN)/jupyter nbconvert --to notebook --execute --inplace \
 	  --ExecutePreprocessor.record_timing=False --ExecutePreprocessor.timeout=900 $(NB)
+
+# Redraw every diagram (book/figures/*.svg) from its source in diagrams/.
+diagrams: install
+	$(BIN)/python -m diagrams
 
 # Open the notebooks in JupyterLab (installed by requirements.txt).
 lab: install
