@@ -77,3 +77,22 @@ def test_fully_masked_row_has_finite_gradient() -> None:
     stable_softmax(x.masked_fill(~mask, float("-inf"))).sum().backward()
     assert torch.isfinite(x.grad).all()
     assert_close(x.grad[1], torch.zeros(2))
+
+
+@pytest.mark.parametrize("fn", [naive_softmax, stable_softmax])
+def test_integer_logits_are_refused_with_a_clear_message(fn) -> None:
+    # torch.exp would silently promote, but torch.softmax refuses integer input; so do we.
+    with pytest.raises(ValueError, match="floating-point"):
+        fn(torch.tensor([1, 2, 3]))
+
+
+@pytest.mark.parametrize("fn", [naive_softmax, stable_softmax])
+@pytest.mark.parametrize("dim", [2, -3, 1.0, True])
+def test_bad_dim_is_refused(fn, dim) -> None:
+    with pytest.raises(ValueError, match="dim"):
+        fn(torch.zeros(2, 3), dim=dim)
+
+
+def test_non_tensor_is_refused() -> None:
+    with pytest.raises(ValueError, match="torch.Tensor"):
+        stable_softmax([1.0, 2.0])  # type: ignore[arg-type]
