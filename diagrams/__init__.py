@@ -14,6 +14,7 @@ from diagrams.style import save
 # File name (without .svg) -> module; in the order the book shows them.
 DIAGRAMS: dict[str, str] = {
     "averaging_matrix": "diagrams.averaging_matrix",
+    "causal_mask": "diagrams.causal_mask",
 }
 
 
