@@ -18,12 +18,13 @@ saved and restored), so the report is the same text on every run.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import re
 import textwrap
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -162,6 +163,14 @@ def _wrap(label: str, text: str) -> str:
     )
 
 
+@contextlib.contextmanager
+def _restore_threads(threads: int) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 def _run(checker: str, properties: Sequence[_Property]) -> CheckResult:
     """Run ``properties`` in order, stop at the first failure, print and return the report."""
     session = _Session()
@@ -170,7 +179,15 @@ def _run(checker: str, properties: Sequence[_Property]) -> CheckResult:
     failed: _Property | None = None
     not_implemented = False
     lines: list[str] = []
-    with warnings.catch_warnings(), torch.random.fork_rng(devices=[]), torch.no_grad():
+    threads = torch.get_num_threads()
+    # The inputs are tiny: one thread is fastest and does not wait on a busy machine's cores.
+    torch.set_num_threads(1)
+    with (
+        warnings.catch_warnings(),
+        torch.random.fork_rng(devices=[]),
+        torch.no_grad(),
+        _restore_threads(threads),
+    ):
         warnings.simplefilter("ignore")  # a reader's deprecation warning is not the lesson
         torch.manual_seed(0)  # a function that draws from the global stream stays reproducible
         for number, prop in enumerate(properties, start=1):
@@ -1136,6 +1153,397 @@ def check_get_batch(fn: Callable[..., tuple[torch.Tensor, torch.Tensor]]) -> Che
                 "starts cover every valid position, the last one included",
                 range_hint,
                 spread,
+            ),
+        ],
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Chapter 8, "Building and training a GPT"
+# --------------------------------------------------------------------------------------------
+
+
+def check_block_forward(fn: Callable[[Any, torch.Tensor], torch.Tensor]) -> CheckResult:
+    """Check the reader's transformer block (chapter 8, "Building and training a GPT").
+
+    The reader writes ``fn(block, x)``: ``block`` is a ``helpers.model.Block`` (use its ``ln_1``,
+    ``attn``, ``ln_2`` and ``mlp``) and ``x`` a ``(B, T, C)`` tensor; it returns the ``(B, T, C)``
+    output of the pre-LN block: ``x + attn(ln_1(x))``, then that plus ``mlp(ln_2(...))`` of it.
+
+    Properties: the output has shape ``(B, T, C)``; with both branches switched off (their output
+    projections zeroed) the input still reaches the output (residual connections); the residual
+    stream itself is not normalised, so with both branches off the block returns ``x`` exactly
+    (pre-LN, not post-LN); the output equals ``Block.forward`` with the same weights over several
+    seeds, with and without biases.
+    """
+    from helpers.model import Block, GPTConfig
+
+    configs = [(16, 2, False), (12, 3, True)]  # (n_embd, n_head, bias)
+    sizes = [(2, 5), (1, 1), (3, 8)]  # (B, T)
+
+    def make_block(n_embd: int, n_head: int, bias: bool, seed: int) -> Block:
+        torch.manual_seed(seed)
+        cfg = GPTConfig(
+            vocab_size=8, block_size=16, n_layer=1, n_head=n_head, n_embd=n_embd, bias=bias
+        )
+        block = Block(cfg).eval()
+        g = torch.Generator().manual_seed(seed)
+        for ln in (block.ln_1, block.ln_2):  # LayerNorm weights that are not all ones
+            ln.weight.copy_(1 + 0.3 * torch.randn(ln.weight.shape, generator=g))
+            if ln.bias is not None:
+                ln.bias.copy_(0.2 * torch.randn(ln.bias.shape, generator=g))
+        return block
+
+    def branches_off(block: Block) -> Block:
+        for proj in (block.attn.c_proj, block.mlp.c_proj):
+            proj.weight.zero_()
+            if proj.bias is not None:
+                proj.bias.zero_()
+        for ln in (block.ln_1, block.ln_2):
+            ln.weight.fill_(1.0)
+            if ln.bias is not None:
+                ln.bias.zero_()
+        return block
+
+    def describe(cfg: tuple[int, int, bool], B: int, T: int, seed: int, extra: str = "") -> str:
+        n_embd, n_head, bias = cfg
+        return (
+            f"a Block with n_embd = {n_embd}, n_head = {n_head}, bias = {bias}{extra}; "
+            f"x of shape {_shape((B, T, n_embd))}, seed {seed}"
+        )
+
+    def shape(s: _Session) -> None:
+        for seed, (cfg, (B, T)) in enumerate(((c, z) for c in configs for z in sizes), start=1):
+            block = make_block(*cfg, seed)
+            x = _randn(B, T, cfg[0], seed=seed)
+            _tensor_out(s.call(fn, block, x, input=describe(cfg, B, T, seed)), x.shape)
+
+    off = " whose attention and MLP output projections are zero and LayerNorms plain"
+
+    def residual(s: _Session) -> None:
+        for seed, cfg in enumerate(configs, start=10):
+            block = branches_off(make_block(*cfg, seed))
+            x = _randn(2, 5, cfg[0], seed=seed, scale=2.0) + 1.0
+            out = _tensor_out(s.call(fn, block, x, input=describe(cfg, 2, 5, seed, off)), x.shape)
+            norm = F.layer_norm(out, out.shape[-1:])
+            problem = _differ(norm, F.layer_norm(x, x.shape[-1:]), atol=1e-4)
+            if problem is not None:
+                raise _Mismatch(
+                    "x itself comes out (up to a LayerNorm): both branches add 0 to it",
+                    f"an output whose normalised rows are not x's: {problem}; "
+                    f"output values {_nums(out[0, 0])}",
+                )
+
+    def pre_ln(s: _Session) -> None:
+        for seed, cfg in enumerate(configs, start=20):
+            block = branches_off(make_block(*cfg, seed))
+            x = _randn(2, 5, cfg[0], seed=seed, scale=2.0) + 1.0
+            out = _tensor_out(s.call(fn, block, x, input=describe(cfg, 2, 5, seed, off)), x.shape)
+            _expect_close(out, x, "x unchanged: the residual stream is never normalised")
+
+    def matches(s: _Session) -> None:
+        for seed, (cfg, (B, T)) in enumerate(((c, z) for c in configs for z in sizes), start=30):
+            block = make_block(*cfg, seed)
+            x = _randn(B, T, cfg[0], seed=seed)
+            out = _tensor_out(s.call(fn, block, x, input=describe(cfg, B, T, seed)), x.shape)
+            _expect_close(out, block(x), "block(x), the Block's own forward", atol=1e-5)
+
+    return _run(
+        "check_block_forward",
+        [
+            _Property(
+                "shape",
+                "output shape (B, T, C)",
+                "Return the residual stream x after both branches, shaped like x.",
+                shape,
+            ),
+            _Property(
+                "residual",
+                "residual connections: x reaches the output when both branches are off",
+                "Add each branch to its input: x = x + block.attn(...); x = x + block.mlp(...).",
+                residual,
+            ),
+            _Property(
+                "pre_ln",
+                "pre-LN: the residual stream is never normalised",
+                "Normalise only the branch inputs: x + attn(ln_1(x)), not ln_1(x + attn(x)).",
+                pre_ln,
+            ),
+            _Property(
+                "matches_block",
+                "equals Block.forward with the same weights",
+                "x = x + block.attn(block.ln_1(x)); x = x + block.mlp(block.ln_2(x)); return x.",
+                matches,
+            ),
+        ],
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Chapter 9, "The cost of attention and fast generation"
+# --------------------------------------------------------------------------------------------
+
+
+def check_cached_attention(
+    fn: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
+) -> CheckResult:
+    """Check the reader's attention with a KV cache (chapter 9, "The cost of attention and fast
+    generation").
+
+    The reader writes ``fn(q_new, k, v)``: ``q_new`` is ``(B, n_head, T_new, head_size)``, the
+    queries of the newest ``T_new`` tokens; ``k`` and ``v`` are ``(B, n_head, T_past + T_new,
+    head_size)``, the keys and values of every token so far (the cached ones first). It returns
+    the new tokens' causal attention output ``(B, n_head, T_new, head_size)``: new token ``i``
+    sits at position ``T_past + i`` and sees keys ``0 .. T_past + i``.
+
+    Properties: the output has shape ``(B, n_head, T_new, head_size)``; with nothing cached
+    (``T_past = 0``) it is ordinary causal attention, for ``T_new = 1`` and ``T_new > 1``; with
+    ``T_past > 0`` it equals the last ``T_new`` rows of full causal attention, for ``T_new = 1``
+    and ``T_new > 1``; generating token by token with a growing cache gives the same outputs as
+    attention over the whole sequence at once.
+    """
+    # (B, n_head, T_past, T_new, head_size)
+    fresh = [(2, 2, 0, 1, 8), (2, 2, 0, 5, 8), (1, 1, 0, 3, 4)]
+    cached = [(1, 3, 5, 1, 8), (2, 2, 6, 3, 8), (1, 1, 3, 5, 4), (2, 2, 1, 2, 8)]
+
+    def full(B: int, nh: int, T: int, hs: int, seed: int) -> tuple[torch.Tensor, ...]:
+        x = _randn(3, B, nh, T, hs, seed=seed)
+        return x[0] * 2.0, x[1] * 2.0, x[2]
+
+    def run_case(s: _Session, case: tuple[int, ...], seed: int) -> tuple[torch.Tensor, ...]:
+        B, nh, T_past, T_new, hs = case
+        q, k, v = full(B, nh, T_past + T_new, hs, seed)
+        what = (
+            f"q_new of shape {_shape((B, nh, T_new, hs))} (T_new = {T_new}), k and v of shape "
+            f"{_shape((B, nh, T_past + T_new, hs))} (T_past = {T_past}), seed {seed}"
+        )
+        out = s.call(fn, q[..., T_past:, :], k, v, input=what)
+        expected = _causal_sdpa(q, k, v, is_causal=True)[..., T_past:, :]
+        return _tensor_out(out, (B, nh, T_new, hs)), expected
+
+    def shape(s: _Session) -> None:
+        for seed, case in enumerate([*fresh, *cached], start=1):
+            run_case(s, case, seed)
+
+    def no_cache(s: _Session) -> None:
+        for seed, case in enumerate(fresh, start=10):
+            out, expected = run_case(s, case, seed)
+            _expect_close(out, expected, "causal attention over the new tokens")
+
+    def with_cache(s: _Session) -> None:
+        for seed, case in enumerate(cached, start=20):
+            out, expected = run_case(s, case, seed)
+            _expect_close(
+                out, expected, "the last T_new rows of causal attention over all T_past + T_new"
+            )
+
+    def generation(s: _Session) -> None:
+        B, nh, T, hs = 2, 2, 8, 8
+        for prefill, seed in ((0, 30), (3, 31)):
+            q, k, v = full(B, nh, T, hs, seed)
+            uncached = _causal_sdpa(q, k, v, is_causal=True)
+            steps = []
+            if prefill:
+                what = f"prefill: the first {prefill} tokens at once (seed {seed})"
+                out = s.call(
+                    fn, q[..., :prefill, :], k[..., :prefill, :], v[..., :prefill, :], input=what
+                )
+                steps.append(_tensor_out(out, (B, nh, prefill, hs)))
+            for t in range(prefill, T):
+                what = (
+                    f"generation step for token {t}: q_new of token {t}, k and v of tokens 0..{t} "
+                    f"(B = {B}, n_head = {nh}, head_size = {hs}, prefill {prefill}, seed {seed})"
+                )
+                out = s.call(
+                    fn, q[..., t : t + 1, :], k[..., : t + 1, :], v[..., : t + 1, :], input=what
+                )
+                steps.append(_tensor_out(out, (B, nh, 1, hs)))
+                problem = _differ(steps[-1], uncached[..., t : t + 1, :])
+                if problem is not None:
+                    raise _Mismatch(
+                        f"the output of token {t} in attention over the whole sequence", problem
+                    )
+            _expect_close(torch.cat(steps, dim=-2), uncached, "the uncached outputs")
+
+    offset_hint = (
+        "New token i is at position T_past + i, where T_past = k.shape[-2] - q_new.shape[-2]: "
+        "it may see keys 0..T_past + i (causal_mask(T_new, T_past=T_past)); "
+        "is_causal=True aligns the mask as if T_past were 0."
+    )
+    return _run(
+        "check_cached_attention",
+        [
+            _Property(
+                "shape",
+                "output shape (B, n_head, T_new, head_size)",
+                "One output row per new query: (T_new, T_past + T_new) weights @ v.",
+                shape,
+            ),
+            _Property(
+                "no_cache",
+                "with T_past = 0 it is ordinary causal attention",
+                "Scale by 1/sqrt(head_size), hide the keys after each query, softmax over keys.",
+                no_cache,
+            ),
+            _Property(
+                "with_cache",
+                "with T_past > 0, new token i sits at position T_past + i",
+                offset_hint,
+                with_cache,
+            ),
+            _Property(
+                "generation",
+                "cached token-by-token generation equals uncached attention",
+                offset_hint,
+                generation,
+            ),
+        ],
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Chapter 10, "From GPT-2 to a modern transformer"
+# --------------------------------------------------------------------------------------------
+
+
+def _rope_reference(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """RoPE written out in float64: pair ``(2i, 2i+1)`` turned by ``pos * 10000**(-2i/hs)``."""
+    hs = x.shape[-1]
+    freqs = 10000.0 ** (-torch.arange(0, hs, 2, dtype=torch.float64) / hs)
+    angle = positions.to(torch.float64)[:, None] * freqs  # (T, hs / 2)
+    cos, sin = angle.cos(), angle.sin()
+    even, odd = x.double()[..., 0::2], x.double()[..., 1::2]
+    return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)
+
+
+def check_rope(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> CheckResult:
+    """Check the reader's rotary position embedding (chapter 10, "From GPT-2 to a modern
+    transformer").
+
+    The reader writes ``fn(x, positions)``: ``x`` is a ``(..., T, head_size)`` tensor of queries
+    or keys and ``positions`` a ``(T,)`` integer tensor; it returns ``x`` with each pair of
+    dimensions ``(2i, 2i + 1)`` of the row at position ``pos`` rotated by the angle
+    ``pos * base ** (-2i / head_size)``, ``base = 10000``:
+    ``x'[2i] = x[2i] cos - x[2i+1] sin`` and ``x'[2i+1] = x[2i] sin + x[2i+1] cos``.
+
+    Properties: the output has ``x``'s shape; position 0 leaves a vector unchanged; every
+    vector keeps its length; each pair ``(2i, 2i + 1)`` keeps its own length (the pairs are
+    adjacent dimensions); the scores ``q . k`` after rotation depend only on the offset between
+    the positions (shifting every position by a constant changes nothing); the angles are
+    ``pos * 10000 ** (-2i / head_size)`` (compared with a reference written out in the checker).
+    """
+    g_pos = torch.Generator().manual_seed(7)
+    cases = [
+        ((5, 8), torch.arange(5), "positions 0..4"),
+        ((2, 6, 16), torch.arange(6) + 7, "positions 7..12"),
+        ((2, 3, 4, 8), torch.randint(0, 100, (4,), generator=g_pos), "random positions < 100"),
+        ((1, 2), torch.tensor([3]), "T = 1, head_size = 2, position 3"),
+    ]
+
+    def call(s: _Session, x: torch.Tensor, positions: torch.Tensor, what: str) -> torch.Tensor:
+        out = s.call(fn, x, positions, input=what)
+        return _tensor_out(out, x.shape)
+
+    def describe(size: tuple[int, ...], seed: int, where: str) -> str:
+        return f"x of shape {_shape(size)}, seed {seed}, {where}"
+
+    def shape(s: _Session) -> None:
+        for seed, (size, positions, where) in enumerate(cases, start=1):
+            call(s, _randn(*size, seed=seed), positions, describe(size, seed, where))
+
+    def identity(s: _Session) -> None:
+        for seed, size in enumerate([(5, 8), (2, 3, 16)], start=10):
+            x = _randn(*size, seed=seed)
+            positions = torch.zeros(size[-2], dtype=torch.long)
+            out = call(s, x, positions, describe(size, seed, "every position 0"))
+            _expect_close(out, x, "x unchanged (a rotation by angle 0)")
+
+    def norms(s: _Session) -> None:
+        for seed, (size, positions, where) in enumerate(cases, start=20):
+            x = _randn(*size, seed=seed)
+            out = call(s, x, positions, describe(size, seed, where))
+            _expect_close(
+                out.double().norm(dim=-1), x.double().norm(dim=-1), "the length of every vector"
+            )
+
+    def pairs(s: _Session) -> None:
+        for seed, (size, positions, where) in enumerate(cases, start=30):
+            x = _randn(*size, seed=seed)
+            out = call(s, x, positions, describe(size, seed, where))
+            pair_norm = out.double().unflatten(-1, (-1, 2)).norm(dim=-1)
+            _expect_close(
+                pair_norm,
+                x.double().unflatten(-1, (-1, 2)).norm(dim=-1),
+                "the length of every pair (x[2i], x[2i+1])",
+            )
+
+    def relative(s: _Session) -> None:
+        for seed, (T, hs, shift) in enumerate([(6, 8, 5), (4, 16, 40)], start=40):
+            x = _randn(2, T, hs, seed=seed)
+            q, k = x[0], x[1]
+            base = torch.randint(0, 20, (T,), generator=torch.Generator().manual_seed(seed))
+            scores = []
+            for offset in (0, shift):
+                where = f"positions {_nums(base + offset, 6)}"
+                qr = call(
+                    s, q, base + offset, f"q of shape {_shape(q.shape)}, seed {seed}, {where}"
+                )
+                kr = call(
+                    s, k, base + offset, f"k of shape {_shape(k.shape)}, seed {seed}, {where}"
+                )
+                scores.append(qr.double() @ kr.double().T)
+            _expect_close(
+                scores[1],
+                scores[0],
+                f"the same scores q . k when every position moves by {shift}",
+                atol=1e-4,
+            )
+
+    def reference(s: _Session) -> None:
+        for seed, (size, positions, where) in enumerate(cases, start=50):
+            x = _randn(*size, seed=seed)
+            out = call(s, x, positions, describe(size, seed, where))
+            _expect_close(
+                out,
+                _rope_reference(x, positions),
+                "pair i turned by pos * 10000**(-2i/head_size): "
+                "(x[2i] cos - x[2i+1] sin, x[2i] sin + x[2i+1] cos)",
+                atol=1e-5,
+            )
+
+    return _run(
+        "check_rope",
+        [
+            _Property("shape", "output shaped like x", "Return one tensor shaped like x.", shape),
+            _Property(
+                "identity",
+                "position 0 is the identity",
+                "Rotate, do not add: the angle is pos * frequency, and at pos 0 nothing turns.",
+                identity,
+            ),
+            _Property(
+                "norms",
+                "every vector keeps its length",
+                "Use cos and sin of the same angle for both dimensions of a pair (a rotation).",
+                norms,
+            ),
+            _Property(
+                "pairs",
+                "each pair (2i, 2i+1) keeps its length",
+                "Pair adjacent dimensions: x[..., 0::2] with x[..., 1::2] (not the two halves).",
+                pairs,
+            ),
+            _Property(
+                "relative",
+                "scores q . k depend only on the offset between positions",
+                "Rotate q and k by angles proportional to their positions, the same frequencies.",
+                relative,
+            ),
+            _Property(
+                "reference",
+                "pair i turns by pos * 10000**(-2i/head_size)",
+                "Frequencies base**(-2i/head_size) with base 10000, i = 0 .. head_size/2 - 1.",
+                reference,
             ),
         ],
     )

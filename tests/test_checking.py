@@ -22,15 +22,19 @@ from helpers.averaging import average_past_loop, average_past_matmul, average_pa
 from helpers.checking import (
     NOT_IMPLEMENTED_MESSAGE,
     CheckResult,
+    check_block_forward,
+    check_cached_attention,
     check_causal_attention,
     check_causal_softmax,
     check_get_batch,
+    check_rope,
     check_running_average,
     check_scaled_scores,
     check_sinusoidal_encoding,
     check_split_heads,
 )
-from helpers.masking import apply_causal_mask
+from helpers.masking import apply_causal_mask, causal_mask
+from helpers.model import Block
 from helpers.multihead import MultiHeadAttention
 from helpers.positional import sinusoidal_encoding
 from helpers.softmax import stable_softmax
@@ -410,6 +414,196 @@ BATCH_WRONG = {
 }
 
 
+# Chapter 8: the block's forward --------------------------------------------------------------
+
+
+def block_written_out(block: Block, x: Tensor) -> Tensor:
+    """Independent answer: the two residual branches, the MLP's layers spelled out."""
+    h = x + block.attn(block.ln_1(x))
+    mlp = block.mlp
+    return h + mlp.c_proj(F.gelu(mlp.c_fc(block.ln_2(h))))
+
+
+def block_post_ln(block: Block, x: Tensor) -> Tensor:
+    x = block.ln_1(x + block.attn(x))
+    return block.ln_2(x + block.mlp(x))
+
+
+def block_no_residual(block: Block, x: Tensor) -> Tensor:
+    x = block.attn(block.ln_1(x))
+    return block.mlp(block.ln_2(x))
+
+
+def block_no_mlp_residual(block: Block, x: Tensor) -> Tensor:
+    x = x + block.attn(block.ln_1(x))
+    return block.mlp(block.ln_2(x))
+
+
+def block_one_layer_norm(block: Block, x: Tensor) -> Tensor:
+    x = x + block.attn(block.ln_1(x))
+    return x + block.mlp(block.ln_1(x))
+
+
+def block_parallel(block: Block, x: Tensor) -> Tensor:
+    """Both branches read x (GPT-J style), not the sum after attention."""
+    return x + block.attn(block.ln_1(x)) + block.mlp(block.ln_2(x))
+
+
+def block_plain_layer_norm(block: Block, x: Tensor) -> Tensor:
+    """A LayerNorm without the block's learned weights."""
+    x = x + block.attn(F.layer_norm(x, x.shape[-1:]))
+    return x + block.mlp(F.layer_norm(x, x.shape[-1:]))
+
+
+BLOCK_RIGHT = {"book": lambda block, x: block(x), "written_out": block_written_out}
+
+BLOCK_WRONG = {
+    "post_ln": (block_post_ln, "pre_ln"),
+    "missing_residuals": (block_no_residual, "residual"),
+    "missing_mlp_residual": (block_no_mlp_residual, "residual"),
+    "one_layer_norm_twice": (block_one_layer_norm, "matches_block"),
+    "parallel_branches": (block_parallel, "matches_block"),
+    "unweighted_layer_norm": (block_plain_layer_norm, "matches_block"),
+}
+
+
+# Chapter 9: cached attention -----------------------------------------------------------------
+
+
+def cached_book(q_new: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    T_new = q_new.shape[-2]
+    mask = causal_mask(T_new, T_past=k.shape[-2] - T_new)
+    return scaled_dot_product_attention(q_new, k, v, mask)[0]
+
+
+def cached_loop(q_new: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """Independent answer: each new query over the keys up to its own position."""
+    T_new, T = q_new.shape[-2], k.shape[-2]
+    rows = []
+    for i in range(T_new):
+        last = T - T_new + i  # this query's position
+        scores = q_new[..., i : i + 1, :] @ k[..., : last + 1, :].transpose(-2, -1)
+        weights = (scores / math.sqrt(q_new.shape[-1])).softmax(dim=-1)
+        rows.append(weights @ v[..., : last + 1, :])
+    return torch.cat(rows, dim=-2)
+
+
+def cached_top_left_mask(q_new: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """The mask built as if T_past were 0: (T_new, T) lower-triangular from the top left."""
+    T_new, T = q_new.shape[-2], k.shape[-2]
+    mask = torch.ones(T_new, T, dtype=torch.bool).tril()
+    return F.scaled_dot_product_attention(q_new, k, v, attn_mask=mask)
+
+
+CACHED_RIGHT = {
+    "book": cached_book,
+    "loop": cached_loop,
+    "torch_mask": lambda q, k, v: F.scaled_dot_product_attention(
+        q, k, v, attn_mask=causal_mask(q.shape[-2], T_past=k.shape[-2] - q.shape[-2])
+    ),
+}
+
+CACHED_WRONG = {
+    # is_causal=True aligns the mask to the top left when T_q != T_k: offset forgotten.
+    "is_causal_forgets_offset": (
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+        "with_cache",
+    ),
+    "top_left_mask": (cached_top_left_mask, "with_cache"),
+    # No mask: right for one new token, wrong for several.
+    "no_mask": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v), "no_cache"),
+    # Attends only to the new tokens: the cache is ignored.
+    "ignores_cache": (
+        lambda q, k, v: F.scaled_dot_product_attention(
+            q, k[..., -q.shape[-2] :, :], v[..., -q.shape[-2] :, :], is_causal=True
+        ),
+        "with_cache",
+    ),
+    "no_scaling": (
+        lambda q, k, v: F.scaled_dot_product_attention(
+            q, k, v, attn_mask=causal_mask(q.shape[-2], T_past=k.shape[-2] - q.shape[-2]), scale=1.0
+        ),
+        "no_cache",
+    ),
+}
+
+
+# Chapter 10: RoPE ----------------------------------------------------------------------------
+
+
+def _freqs(head_size: int, base: float = 10000.0, exponent: float = 2.0) -> Tensor:
+    i = torch.arange(head_size // 2, dtype=torch.float64)
+    return base ** (-exponent * i / head_size)
+
+
+def rope_complex(x: Tensor, positions: Tensor) -> Tensor:
+    """Independent answer: each pair as a complex number, multiplied by e^(i angle)."""
+    angle = positions.double()[:, None] * _freqs(x.shape[-1])
+    z = torch.view_as_complex(x.double().unflatten(-1, (-1, 2)).contiguous())
+    return (
+        torch.view_as_real(z * torch.polar(torch.ones_like(angle), angle)).flatten(-2).to(x.dtype)
+    )
+
+
+def _rope_pairs(x: Tensor, positions: Tensor, freqs: Tensor, sign: float = 1.0) -> Tensor:
+    angle = positions.double()[:, None] * freqs
+    c, s = angle.cos().to(x.dtype), sign * angle.sin().to(x.dtype)
+    x0, x1 = x[..., 0::2], x[..., 1::2]
+    return torch.stack([x0 * c - x1 * s, x0 * s + x1 * c], dim=-1).flatten(-2)
+
+
+def _rope_halves(x: Tensor, positions: Tensor, freqs: Tensor) -> Tensor:
+    """Rotates dimension i with dimension i + head_size/2 (the "rotate half" layout)."""
+    angle = positions.double()[:, None] * freqs
+    c, s = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
+    x0, x1 = x.chunk(2, dim=-1)
+    return torch.cat([x0 * c - x1 * s, x0 * s + x1 * c], dim=-1)
+
+
+ROPE_RIGHT: dict[str, Callable[..., Any]] = {
+    "complex": rope_complex,
+    "pairs": lambda x, p: _rope_pairs(x, p, _freqs(x.shape[-1])),
+}
+try:  # the chapter's helper (chapter 10), where present
+    from helpers.rope import apply_rope
+
+    ROPE_RIGHT["book"] = apply_rope
+except ImportError:  # pragma: no cover
+    pass
+
+ROPE_WRONG = {
+    "halves_wrong_angle": (
+        lambda x, p: _rope_halves(x, p, _freqs(x.shape[-1], exponent=1.0)),
+        "pairs",
+    ),
+    "halves_instead_of_pairs": (lambda x, p: _rope_halves(x, p, _freqs(x.shape[-1])), "pairs"),
+    "base_1000": (lambda x, p: _rope_pairs(x, p, _freqs(x.shape[-1], base=1000.0)), "reference"),
+    "exponent_i_not_2i": (
+        lambda x, p: _rope_pairs(x, p, _freqs(x.shape[-1], exponent=1.0)),
+        "reference",
+    ),
+    "turns_backwards": (
+        lambda x, p: _rope_pairs(x, p, _freqs(x.shape[-1]), sign=-1.0),
+        "reference",
+    ),
+    # Adds the sinusoidal encoding instead of rotating.
+    "adds_positions": (
+        lambda x, p: x + sinusoidal_encoding(int(p.max()) + 1, x.shape[-1])[p],
+        "identity",
+    ),
+    # Scales instead of rotating each pair: cos on both dimensions.
+    "cos_only": (
+        lambda x, p: (
+            x
+            * torch.cos(p.double()[:, None] * _freqs(x.shape[-1])).repeat_interleave(2, -1).float()
+        ),
+        "norms",
+    ),
+    # One angle per position for every pair (no frequencies): relative, but not RoPE.
+    "one_frequency": (lambda x, p: _rope_pairs(x, p, torch.ones(x.shape[-1] // 2)), "reference"),
+}
+
+
 # --------------------------------------------------------------------------------------------
 # The checkers, each with a right answer and the arguments of one call
 # --------------------------------------------------------------------------------------------
@@ -422,6 +616,9 @@ CHECKERS: dict[str, tuple[Callable[..., CheckResult], dict[str, Any], dict[str, 
     "split_heads": (check_split_heads, SPLIT_RIGHT, SPLIT_WRONG),
     "sinusoidal_encoding": (check_sinusoidal_encoding, PE_RIGHT, PE_WRONG),
     "get_batch": (check_get_batch, BATCH_RIGHT, BATCH_WRONG),
+    "block_forward": (check_block_forward, BLOCK_RIGHT, BLOCK_WRONG),
+    "cached_attention": (check_cached_attention, CACHED_RIGHT, CACHED_WRONG),
+    "rope": (check_rope, ROPE_RIGHT, ROPE_WRONG),
 }
 
 
