@@ -15,6 +15,7 @@ from diagrams.style import save
 DIAGRAMS: dict[str, str] = {
     "averaging_matrix": "diagrams.averaging_matrix",
     "causal_mask": "diagrams.causal_mask",
+    "attention_head": "diagrams.attention_head",
 }
 
 
