@@ -16,6 +16,7 @@ DIAGRAMS: dict[str, str] = {
     "averaging_matrix": "diagrams.averaging_matrix",
     "causal_mask": "diagrams.causal_mask",
     "attention_head": "diagrams.attention_head",
+    "scaling": "diagrams.scaling",
 }
 
 

@@ -1,0 +1,99 @@
+"""Figure 4.1 (schematic): the spread of the scores with and without 1/sqrt(head_size)."""
+
+from __future__ import annotations
+
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+
+from diagrams.style import ATTENTION_CMAP, INK, MUTED, arrow, canvas, text
+
+import matplotlib.pyplot as plt  # noqa: E402  (after style, which selects the backend)
+
+
+def _bell(ax, x0: float, y0: float, width: float, height: float, spread: float, color: str) -> None:
+    """A normal density of standard deviation ``spread`` (in units of the axis' half-width)."""
+    u = np.linspace(-1, 1, 200)
+    d = np.exp(-0.5 * (u / spread) ** 2)
+    ax.fill_between(
+        x0 + (u + 1) / 2 * width,
+        y0,
+        y0 + height * d / d.max() * min(1, 0.25 / spread),
+        color=color,
+        alpha=0.25,
+        lw=0,
+    )
+    ax.plot(
+        x0 + (u + 1) / 2 * width,
+        y0 + height * d / d.max() * min(1, 0.25 / spread),
+        color=color,
+        lw=1.5,
+    )
+    ax.plot([x0, x0 + width], [y0, y0], color=INK, lw=0.8)
+    ax.plot([x0 + width / 2] * 2, [y0 - 0.04, y0 + 0.04], color=INK, lw=0.8)
+    text(ax, x0 + width / 2, y0 - 0.15, "0", size=7.5, color=MUTED)
+
+
+def _bars(ax, x0: float, y0: float, weights: np.ndarray, height: float) -> None:
+    cm = plt.get_cmap(ATTENTION_CMAP)
+    w = 0.22
+    for j, a in enumerate(weights):
+        ax.add_patch(
+            Rectangle(
+                (x0 + j * (w + 0.06), y0),
+                w,
+                max(a * height, 0.005),
+                facecolor=cm(a),
+                edgecolor=INK,
+                lw=0.6,
+            )
+        )
+        text(ax, x0 + j * (w + 0.06) + w / 2, y0 + a * height + 0.1, f"{a:.2f}", size=7)
+    ax.plot([x0 - 0.05, x0 + len(weights) * (w + 0.06)], [y0, y0], color=INK, lw=0.8)
+    ax.plot([x0 - 0.05] * 2, [y0, y0 + height], color=MUTED, lw=0.6, ls=":")
+    text(ax, x0 - 0.12, y0 + height, "1", size=7, color=MUTED, ha="right")
+
+
+def _softmax(z: np.ndarray) -> np.ndarray:
+    e = np.exp(z - z.max())
+    return e / e.sum()
+
+
+def draw() -> Figure:
+    fig, ax = canvas(8.8, 3.0)
+    z = np.array([0.6, -0.4, 1.0, -1.1, 0.2])
+    z = (z - z.mean()) / z.std()  # one row of scores with mean 0 and standard deviation exactly 1
+    d_k = 64
+    for col, (title, spread, scale, label) in enumerate(
+        [
+            ("without scaling", 0.8, np.sqrt(d_k), "q·k: variance ≈ head_size (64)"),
+            ("with 1/√head_size", 0.1, 1.0, "q·k / √head_size: variance ≈ 1"),
+        ]
+    ):
+        x0 = 0.25 + col * 4.35
+        text(ax, x0 + 1.9, 2.8, title, weight="bold")
+        _bell(ax, x0, 1.45, 2.0, 0.95, spread, INK)
+        text(ax, x0 + 1.0, 1.12, label, size=8)
+        text(ax, x0 + 1.0, 0.9, "spread of one row of scores", size=7.5, color=MUTED)
+        weights = _softmax(z * scale)
+        arrow(
+            ax, (x0 + 2.15, 1.9), (x0 + 2.6, 1.9), label="softmax", label_offset=(0, 0.15), size=7.5
+        )
+        _bars(ax, x0 + 2.75, 1.45, weights, 1.0)
+        text(ax, x0 + 3.5, 1.12, "weights α (0 to 1)", size=8)
+        verdict = (
+            "one key takes almost everything:\nnear-zero gradient for the others"
+            if col == 0
+            else "weights spread over several keys:\ngradient flows to each"
+        )
+        text(ax, x0 + 2.0, 0.5, verdict, size=8.5, color=INK)
+    text(
+        ax,
+        4.4,
+        0.12,
+        "Schematic: the same five scores of standard deviation 1, multiplied by √64 = 8 "
+        "(left) or not (right).",
+        size=8,
+        color=MUTED,
+    )
+    return fig
