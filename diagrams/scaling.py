@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
+import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from diagrams.style import ATTENTION_CMAP, INK, MUTED, arrow, canvas, text
-
-import matplotlib.pyplot as plt  # noqa: E402  (after style, which selects the backend)
 
 
 def _bell(ax, x0: float, y0: float, width: float, height: float, spread: float, color: str) -> None:
