@@ -1,6 +1,8 @@
 """Checkers for the exercises where the reader writes a function and the book checks it.
 
-Used by the exercises of every chapter. Each ``check_*`` function takes the reader's function,
+Used by the exercises of every chapter.
+
+Each ``check_*`` function takes the reader's function,
 runs it on seeded random inputs and edge cases, and tests the properties that define the concept
 (causality, rows of probabilities, a rotation, agreement with PyTorch's own implementation, ...)
 rather than one magic output. It prints a short report and returns a :class:`CheckResult`, which
@@ -49,9 +51,10 @@ class CheckResult:
     Attributes:
         checker: the checker's name, e.g. ``"check_causal_softmax"``.
         properties: the names of all the properties the checker tests, in order.
+        property_keys: a short stable identifier for each of them (used by the tests).
         passed: the names of the properties that held (before the first failure).
         failed: the name of the first property that failed, or ``None``.
-        failed_key: a short stable identifier of that property (used by the tests), or ``None``.
+        failed_key: the identifier of that property, or ``None``.
         not_implemented: the function raised ``NotImplementedError``.
         n_calls: how many times the reader's function was called.
         report: the text the checker printed.
@@ -59,6 +62,7 @@ class CheckResult:
 
     checker: str
     properties: tuple[str, ...]
+    property_keys: tuple[str, ...]
     passed: tuple[str, ...]
     failed: str | None
     failed_key: str | None
@@ -233,6 +237,7 @@ def _run(checker: str, properties: Sequence[_Property]) -> CheckResult:
     return CheckResult(
         checker=checker,
         properties=names,
+        property_keys=tuple(p.key for p in properties),
         passed=tuple(passed),
         failed=None if failed is None else failed.name,
         failed_key=None if failed is None else failed.key,
@@ -297,13 +302,16 @@ def _tensor_out(out: Any, shape: Sequence[int], what: str = "the output") -> tor
 def _differ(
     got: torch.Tensor, expected: torch.Tensor, *, atol: float = 1e-5, rtol: float = 1e-4
 ) -> str | None:
-    """``None`` if ``got`` is close to ``expected`` (same shape), else where and by how much."""
+    """``None`` if ``got`` is close to ``expected`` (same shape), else the first entry that
+    differs (its index, both values at 4 significant digits) and how many entries differ."""
     g, e = got.detach().double(), expected.detach().double()
     bad = ~torch.isclose(g, e, rtol=rtol, atol=atol)
     if not bad.any():
         return None
-    gap = torch.where(bad, (g - e).abs().nan_to_num(nan=math.inf), torch.zeros_like(g))
-    index = tuple(int(i) for i in torch.unravel_index(gap.flatten().argmax(), g.shape))
+    # The first differing entry (in memory order): unlike the largest difference, it does not
+    # move when rounding differs slightly between machines.
+    first = int(bad.flatten().nonzero()[0, 0])
+    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(first), g.shape))
     n_bad = int(bad.sum())
     where = f"at index {_index(index)}" if index else "at the single entry"
     return (
@@ -450,9 +458,10 @@ def check_causal_softmax(fn: Callable[[torch.Tensor], torch.Tensor]) -> CheckRes
             _, w = weights(s, size, seed)
             T = size[-1]
             above = torch.ones(T, T, dtype=torch.bool).triu(1).expand(w.shape)
-            leak = w.detach().abs() * above
-            if (leak != 0).any():
-                index = tuple(int(i) for i in torch.unravel_index(leak.flatten().argmax(), w.shape))
+            leak = (w.detach() != 0) & above
+            if leak.any():
+                first = leak.flatten().nonzero()[0, 0]
+                index = tuple(int(i) for i in torch.unravel_index(first, w.shape))
                 raise _Mismatch(
                     "weight exactly 0 for every key after its query",
                     f"weight {_num(w[index].item())} at index {_index(index)} "

@@ -86,6 +86,14 @@ AVERAGE_WRONG: dict[str, tuple[Callable[..., Any], str]] = {
     ),
     # Lower-triangular ones without normalising: a running sum, not a mean.
     "sum_not_mean": (lambda x: torch.ones(x.shape[1], x.shape[1]).tril() @ x, "constant"),
+    # Forgets keepdim or returns only the last running mean: (B, C).
+    "returns_B_C": (lambda x: x.mean(dim=1), "shape"),
+    # Counts the newest token twice (weights 1, ..., 1, 2 normalised): still causal and
+    # still returns a constant sequence unchanged, but not the mean.
+    "newest_counts_twice": (
+        lambda x: (x.cumsum(dim=1) + x) / torch.arange(2, x.shape[1] + 2).view(1, -1, 1),
+        "mean",
+    ),
 }
 
 
@@ -130,6 +138,13 @@ SOFTMAX_WRONG = {
             .nan_to_num()
         ),
         "rows",
+    ),
+    # squeeze() drops the size-1 dimensions of a T = 1 input.
+    "squeezes": (lambda s: softmax_book(s).squeeze(), "shape"),
+    # Uniform weights over the visible keys (the averaging matrix): ignores the scores.
+    "uniform_over_visible": (
+        lambda s: apply_causal_mask(torch.zeros_like(s)).softmax(dim=-1),
+        "softmax",
     ),
 }
 
@@ -348,6 +363,8 @@ PE_WRONG = {
         lambda T, d, base=10000.0: torch.arange(T, dtype=torch.float32)[:, None].expand(T, d),
         "bounded",
     ),
+    # (d_model, T) instead of (T, d_model).
+    "transposed": (lambda T, d, base=10000.0: sinusoidal_encoding(T, d, base).T, "shape"),
 }
 
 
@@ -464,6 +481,8 @@ BLOCK_WRONG = {
     "one_layer_norm_twice": (block_one_layer_norm, "matches_block"),
     "parallel_branches": (block_parallel, "matches_block"),
     "unweighted_layer_norm": (block_plain_layer_norm, "matches_block"),
+    # Returns the attention output alongside the stream.
+    "returns_tuple": (lambda block, x: (block(x), block.attn(block.ln_1(x))), "shape"),
 }
 
 
@@ -525,6 +544,8 @@ CACHED_WRONG = {
         ),
         "no_cache",
     ),
+    # Merges the heads' axis away too early: (B, T_new, n_head, head_size).
+    "transposed_output": (lambda q, k, v: cached_book(q, k, v).transpose(1, 2), "shape"),
 }
 
 
@@ -601,6 +622,17 @@ ROPE_WRONG = {
     ),
     # One angle per position for every pair (no frequencies): relative, but not RoPE.
     "one_frequency": (lambda x, p: _rope_pairs(x, p, torch.ones(x.shape[-1] // 2)), "reference"),
+    # Complex result returned as is: (..., T, head_size / 2) complex numbers.
+    "returns_complex": (
+        lambda x, p: torch.view_as_complex(rope_complex(x, p).unflatten(-1, (-1, 2)).contiguous()),
+        "shape",
+    ),
+    # Positions scaled to [0, 1] by the largest one: the angle of a pair no longer grows
+    # linearly with the position, so moving every position changes the scores.
+    "normalises_positions": (
+        lambda x, p: _rope_pairs(x, p.double() / p.max().clamp(min=1), _freqs(x.shape[-1])),
+        "relative",
+    ),
 }
 
 
@@ -659,7 +691,42 @@ def test_rejects_each_mistake_on_its_property(
     assert out.startswith(f"Property {number} of {len(result.properties)} failed: {result.failed}")
     for label in ("input:", "got:", "hint:"):
         assert f"  {label}" in out, out
+    # A few numbers, never a whole tensor: short lines, a short report.
+    assert max(len(line) for line in out.splitlines()) <= 100
+    assert len(out.splitlines()) <= 14, out
     assert "Traceback" not in out and " at 0x" not in out
+
+
+# Properties no single plausible mistake can fail first: they follow from the properties before
+# them for a function that depends only on its inputs, and are kept because they are what the
+# chapter states (round trip, per-head loop, cached generation) and would catch a function that
+# behaves differently on the layer's non-contiguous tensors or on a growing cache.
+IMPLIED = {
+    ("split_heads", "round_trip"),
+    ("split_heads", "per_head_loop"),
+    ("cached_attention", "generation"),
+}
+
+
+@pytest.mark.parametrize("name", list(CHECKERS))
+def test_every_property_is_the_failure_of_some_mistake(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No property is decoration: each is the first to fail for at least one wrong answer."""
+    _, right, wrong = CHECKERS[name]
+    failed = {key for _, key in wrong.values()}
+    result = _check(name, next(iter(right.values())))
+    capsys.readouterr()
+    assert len(set(result.property_keys)) == len(result.properties)
+    assert failed <= set(result.property_keys)
+    missing = [k for k in result.property_keys if k not in failed and (name, k) not in IMPLIED]
+    assert not missing, f"no wrong answer fails {missing}"
+
+
+@pytest.mark.parametrize("name", list(CHECKERS))
+def test_docstring_states_the_readers_signature(name: str) -> None:
+    doc = CHECKERS[name][0].__doc__ or ""
+    assert "The reader writes ``" in doc and "Properties:" in doc
 
 
 def _stub(*args: Any, **kwargs: Any) -> Any:
