@@ -17,6 +17,7 @@ DIAGRAMS: dict[str, str] = {
     "causal_mask": "diagrams.causal_mask",
     "attention_head": "diagrams.attention_head",
     "scaling": "diagrams.scaling",
+    "multihead": "diagrams.multihead",
 }
 
 
