@@ -1063,12 +1063,19 @@ def check_get_batch(fn: Callable[..., tuple[torch.Tensor, torch.Tensor]]) -> Che
             x0 = starts(data, x)
             for b in range(64):
                 first = int(x0[b])
-                if first + block >= n or not torch.equal(x[b], data[first : first + block]):
+                if not torch.equal(x[b], data[first : first + block]):
                     raise _Mismatch(
-                        "each row of x = data[s : s + block_size] with s + block_size <= "
-                        f"{n - 1} (the target of the last token must exist)",
-                        f"row {b} of x is {_nums(x[b], 8)}, which starts at data[{first}] but is "
-                        f"not data[{first}:{first + block}] inside the data",
+                        f"each row of x a stretch data[s : s + {block}] of the data",
+                        f"row {b} of x is {_nums(x[b], block)}: it starts like data[{first}:] "
+                        f"but data[{first}:{first + block}] is {_nums(data[first:], block)}",
+                        "Each row of x is block_size consecutive tokens: data[s : s + block_size].",
+                    )
+                if first + block > n - 1:
+                    raise _Mismatch(
+                        f"every window start s <= {n - block - 1} (len(data) - block_size - 1), "
+                        f"so that the target of its last token, data[s + {block}], exists",
+                        f"row {b} of x starts at data[{first}]: its last target would be "
+                        f"data[{first + block}], past the end of the {n} tokens",
                     )
 
     def shifted(s: _Session) -> None:
@@ -1080,10 +1087,11 @@ def check_get_batch(fn: Callable[..., tuple[torch.Tensor, torch.Tensor]]) -> Che
                 first = int(x0[b])
                 want = data[first + 1 : first + block + 1]
                 if not torch.equal(y[b], want):
+                    t = int((y[b] != want).nonzero()[0, 0])
                     raise _Mismatch(
-                        f"row {b} of y = data[{first + 1}:{first + block + 1}] "
-                        f"= {_nums(want, 5)} (row {b} of x starts at data[{first}])",
-                        f"{_nums(y[b], 5)}",
+                        f"y[{b}, {t}] = data[{first + 1 + t}] = {int(want[t])}, the token after "
+                        f"x[{b}, {t}] = data[{first + t}] (row {b} of x starts at data[{first}])",
+                        f"y[{b}, {t}] = {int(y[b, t])}; row {b} of y is {_nums(y[b], 5)}",
                     )
 
     def reproducible(s: _Session) -> None:
@@ -1234,13 +1242,14 @@ def check_block_forward(fn: Callable[[Any, torch.Tensor], torch.Tensor]) -> Chec
             block = branches_off(make_block(*cfg, seed))
             x = _randn(2, 5, cfg[0], seed=seed, scale=2.0) + 1.0
             out = _tensor_out(s.call(fn, block, x, input=describe(cfg, 2, 5, seed, off)), x.shape)
-            norm = F.layer_norm(out, out.shape[-1:])
-            problem = _differ(norm, F.layer_norm(x, x.shape[-1:]), atol=1e-4)
-            if problem is not None:
+            norm = F.layer_norm(out.double(), out.shape[-1:])
+            ok = torch.isclose(norm, F.layer_norm(x.double(), x.shape[-1:]), atol=1e-4).all(-1)
+            if not ok.all():
+                b, t = (int(i) for i in (~ok).nonzero()[0])
                 raise _Mismatch(
                     "x itself comes out (up to a LayerNorm): both branches add 0 to it",
-                    f"an output whose normalised rows are not x's: {problem}; "
-                    f"output values {_nums(out[0, 0])}",
+                    f"token {t} of sequence {b} comes out as {_nums(out[b, t])} where x is "
+                    f"{_nums(x[b, t])}, and not as a normalised copy of it either",
                 )
 
     def pre_ln(s: _Session) -> None:
