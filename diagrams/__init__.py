@@ -18,6 +18,7 @@ DIAGRAMS: dict[str, str] = {
     "attention_head": "diagrams.attention_head",
     "scaling": "diagrams.scaling",
     "multihead": "diagrams.multihead",
+    "cross_attention": "diagrams.cross_attention",
 }
 
 
