@@ -10,7 +10,11 @@ same text on every run.
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -41,6 +45,7 @@ from helpers.softmax import stable_softmax
 from helpers.training import get_batch
 
 Tensor = torch.Tensor
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _future(T: int) -> Tensor:
@@ -637,7 +642,7 @@ ROPE_WRONG = {
 
 
 # --------------------------------------------------------------------------------------------
-# The checkers, each with a right answer and the arguments of one call
+# The checkers, each with its tables of right and wrong answers
 # --------------------------------------------------------------------------------------------
 
 CHECKERS: dict[str, tuple[Callable[..., CheckResult], dict[str, Any], dict[str, Any]]] = {
@@ -776,18 +781,49 @@ def test_a_non_tensor_output_is_reported(name: str, capsys: pytest.CaptureFixtur
     assert "NoneType" in out, out
 
 
-@pytest.mark.parametrize(("name", "answer"), [*_cases(1)[:1], *_cases(2)])
-def test_reports_are_deterministic(
-    name: str, answer: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    table = CHECKERS[name][1] if answer in CHECKERS[name][1] else CHECKERS[name][2]
-    fn = table[answer] if answer in CHECKERS[name][1] else table[answer][0]
-    first = _check(name, fn)
-    torch.manual_seed(12345)  # a different global random state must not change the report
-    second = _check(name, fn)
-    out = capsys.readouterr().out
-    assert first.report == second.report
-    assert out == first.report + "\n" + second.report + "\n"
+def _one_of_each(name: str) -> list[tuple[str, Any]]:
+    """A right answer and every wrong answer of one checker, as ``(label, answer)``."""
+    _, right, wrong = CHECKERS[name]
+    first = next(iter(right))
+    return [(first, right[first]), *((label, fn) for label, (fn, _) in wrong.items())]
+
+
+@pytest.mark.parametrize("name", list(CHECKERS))
+def test_reports_are_deterministic(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    for label, answer in _one_of_each(name):
+        first = _check(name, answer)
+        torch.manual_seed(12345)  # a different global random state must not change the report
+        second = _check(name, answer)
+        out = capsys.readouterr().out
+        assert first.report == second.report, label
+        assert out == first.report + "\n" + second.report + "\n", label
+
+
+def test_reports_are_the_same_in_a_fresh_process(capsys: pytest.CaptureFixture[str]) -> None:
+    """What nbval sees: a new interpreter (other hash seed, other thread count) prints the same."""
+    script = (
+        "import sys, torch\n"
+        "sys.path.insert(0, 'tests')\n"
+        "torch.set_num_threads(2)\n"
+        "import test_checking as t\n"
+        "for name in t.CHECKERS:\n"
+        "    for label, answer in t._one_of_each(name)[:3]:\n"
+        "        t._check(name, answer)\n"
+    )
+    env = {**os.environ, "PYTHONHASHSEED": "123"}
+    fresh = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    ).stdout
+    for name in CHECKERS:
+        for _, answer in _one_of_each(name)[:3]:
+            _check(name, answer)
+    assert fresh == capsys.readouterr().out
 
 
 def test_global_random_state_is_left_alone(capsys: pytest.CaptureFixture[str]) -> None:
