@@ -41,6 +41,7 @@ from helpers.masking import apply_causal_mask, causal_mask
 from helpers.model import Block
 from helpers.multihead import MultiHeadAttention
 from helpers.positional import sinusoidal_encoding
+from helpers.rope import apply_rope
 from helpers.softmax import stable_softmax
 from helpers.training import get_batch
 
@@ -586,16 +587,11 @@ def _rope_halves(x: Tensor, positions: Tensor, freqs: Tensor) -> Tensor:
     return torch.cat([x0 * c - x1 * s, x0 * s + x1 * c], dim=-1)
 
 
-ROPE_RIGHT: dict[str, Callable[..., Any]] = {
+ROPE_RIGHT = {
+    "book": apply_rope,
     "complex": rope_complex,
     "pairs": lambda x, p: _rope_pairs(x, p, _freqs(x.shape[-1])),
 }
-try:  # the chapter's helper (chapter 10), where present
-    from helpers.rope import apply_rope
-
-    ROPE_RIGHT["book"] = apply_rope
-except ImportError:  # pragma: no cover
-    pass
 
 ROPE_WRONG = {
     "halves_wrong_angle": (
