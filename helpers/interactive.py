@@ -80,8 +80,8 @@ def _figure(
         f'<div id="{element_id}" class="afs-widget afs-{kind}">'
         f"<noscript><p>{noscript}</p></noscript></div>\n"
         f"<script>\n{js_source('afs-common.js', *files)}\n</script>\n"
-        f"<script>\nAFS.common.ready(function () {{\n"
-        f'  {call}("{element_id}", {payload});\n}});\n</script>\n'
+        f'<script>\nAFS.common.mount("{element_id}", function (root) {{\n'
+        f"  {call}(root, {payload});\n}}, document.currentScript);\n</script>\n"
     )
     return InteractiveHTML(html, kind, element_id)
 

@@ -34,8 +34,9 @@ WIDGETS = [
 
 def payload_of(fig: InteractiveHTML) -> dict:
     """The data object passed to the figure's JavaScript."""
-    match = re.search(rf'\("{fig.element_id}", (\{{.*\}})\);', fig.data)
-    assert match, "no call with the figure's id"
+    assert f'AFS.common.mount("{fig.element_id}", function (root)' in fig.data
+    match = re.search(r"\(root, (\{.*\})\);", fig.data)
+    assert match, "no call with the figure's data"
     return json.loads(match.group(1).replace("<\\/", "</"))
 
 

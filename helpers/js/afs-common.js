@@ -179,8 +179,23 @@
     else fn();
   }
 
+  /** Call fn(element) once the element with this id is in the document. A notebook may run an
+   * output's script before the output is attached (JupyterLab renders outputs off-screen first),
+   * so look next to the calling script too, then retry for a few seconds. */
+  function mount(id, fn, script) {
+    let tries = 0;
+    const attempt = () => {
+      const near = script && script.parentNode && script.parentNode.querySelector
+        ? script.parentNode.querySelector(`[id="${id}"]`) : null;
+      const node = document.getElementById(id) || near;
+      if (node) fn(node);
+      else if (tries++ < 100) setTimeout(attempt, 50);
+    };
+    ready(attempt);
+  }
+
   AFS.common = {
     BLUES, RDBU, blues, rdbu, inkOn, softmax, seededRandom, el, svg, fmt, showChar, colorbar,
-    ensureStyle, ready,
+    ensureStyle, ready, mount,
   };
 })();

@@ -286,7 +286,7 @@
       "aria-label": "position q" });
     const pOut = el("span", { class: "afs-mono" });
     const qOut = el("span", { class: "afs-mono" });
-    const name = `${id}-mode`;
+    const name = `${root.id}-mode`;
     const radio = (value, text, checked) => {
       const input = el("input", { type: "radio", name, value, checked });
       input.addEventListener("change", () => {
@@ -375,7 +375,9 @@
       pOut.textContent = String(state.p);
       qOut.textContent = String(state.q);
       strips.textContent = "";
-      strips.append(strip(`PE(${state.p})`, a), strip(`PE(${state.q})`, b));
+      strips.append(strip(`PE(${state.p})`, a), strip(`PE(${state.q})`, b),
+        el("div", { class: "afs-note", text: `one cell per dimension 0..${d_model - 1}; ` +
+          "colour: −1 red, 0 white, 1 blue" }));
       const k = state.q - state.p;
       let line2;
       if (state.dot_from_0 === null) {
