@@ -19,6 +19,7 @@ DIAGRAMS: dict[str, str] = {
     "scaling": "diagrams.scaling",
     "multihead": "diagrams.multihead",
     "cross_attention": "diagrams.cross_attention",
+    "positional_encoding": "diagrams.positional_encoding",
 }
 
 
