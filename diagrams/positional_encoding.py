@@ -1,4 +1,4 @@
-"""Figure 6.1: positions enter by addition, and sin/cos pairs are clock hands of different speeds."""
+"""Figure 6.1: positions enter by addition; sin/cos pairs are clock hands of different speeds."""
 
 from __future__ import annotations
 
