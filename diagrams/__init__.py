@@ -20,6 +20,7 @@ DIAGRAMS: dict[str, str] = {
     "multihead": "diagrams.multihead",
     "cross_attention": "diagrams.cross_attention",
     "positional_encoding": "diagrams.positional_encoding",
+    "batching": "diagrams.batching",
 }
 
 
