@@ -34,7 +34,7 @@ def draw() -> Figure:
         ha="left",
         weight="bold",
     )
-    for b, (s, color) in enumerate(zip(STARTS, WINDOW_COLORS, strict=True)):
+    for s, color in zip(STARTS, WINDOW_COLORS, strict=True):
         ax.add_patch(
             Rectangle(
                 (x0 + s * cell, top - cell), BLOCK * cell, cell, fill=False, edgecolor=color, lw=2.4
