@@ -141,3 +141,17 @@ def test_load_refuses_truncated_and_foreign_files(exported, tmp_path: Path) -> N
         load_gpt(other)
     with pytest.raises(FileNotFoundError):
         load_gpt(tmp_path / "missing.js")
+
+
+def test_the_books_model_file_loads_and_is_small() -> None:
+    """book/explorer/gpt_shakespeare.js, the explorer page's model, is a working checkpoint."""
+    path = Path(__file__).resolve().parents[1] / "book" / "explorer" / "gpt_shakespeare.js"
+    assert path.stat().st_size < 1_000_000, path.stat().st_size
+    model, tok = load_gpt(path)
+    assert model.config == GPTConfig(vocab_size=tok.vocab_size)  # the book's configuration
+    assert tok.chars == sorted(tok.chars) and "\n" in tok.chars  # Tiny Shakespeare's characters
+    with torch.no_grad():
+        logits, _ = model(torch.tensor([tok.encode("ROMEO:\nBut, soft! what light")]))
+    # A trained model: the letter after "ligh" is far more likely than uniform (1/65).
+    probs = torch.softmax(logits[0, -2], dim=-1)  # after "...ligh"
+    assert probs[tok.stoi["t"]] > 0.5, probs[tok.stoi["t"]].item()
