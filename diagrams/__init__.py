@@ -21,6 +21,7 @@ DIAGRAMS: dict[str, str] = {
     "cross_attention": "diagrams.cross_attention",
     "positional_encoding": "diagrams.positional_encoding",
     "batching": "diagrams.batching",
+    "gpt_block": "diagrams.gpt_block",
 }
 
 
