@@ -468,3 +468,19 @@ def test_positional_widget_matches_chapter_6(widget_page) -> None:
     # The radio button switches the encoding.
     page.check(f"{root} input[value=correct]")
     assert widget_state(page, ids["posenc"])["mistake"] is False
+
+
+def test_without_javascript_the_pages_say_so(browser, explorer_path, widget_page) -> None:  # noqa: F811
+    """With JavaScript off, the explorer and each figure show their short note instead."""
+    context = browser.new_context(java_script_enabled=False)
+    context.route(
+        "**/*", lambda r: r.abort() if r.request.url.startswith("http") else r.continue_()
+    )
+    page = context.new_page()
+    page.goto(explorer_path.as_uri())
+    assert "The explorer runs in JavaScript" in page.inner_text("#afs-explorer")
+    widgets, _ = widget_page
+    page.goto(widgets.url)
+    notes = page.eval_on_selector_all(".afs-widget", "ws => ws.map(w => w.innerText)")
+    assert len(notes) == 3 and all("needs JavaScript" in n for n in notes), notes
+    context.close()
