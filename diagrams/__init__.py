@@ -22,6 +22,7 @@ DIAGRAMS: dict[str, str] = {
     "positional_encoding": "diagrams.positional_encoding",
     "batching": "diagrams.batching",
     "gpt_block": "diagrams.gpt_block",
+    "kv_cache": "diagrams.kv_cache",
 }
 
 
