@@ -25,6 +25,34 @@ t = 2  # the token we follow
 OMEGA = np.array([0.9, -0.2, 1.4, 0.0])  # its scores (the last one is in the future)
 
 
+def _rows_of(
+    ax, x: float, y_mid: float, cell: float, name: str, color: str, *, title_y: float
+) -> float:
+    """The (T, head_size) keys or values, one labelled row per token; returns the top edge."""
+    top = y_mid + T * cell / 2
+    grid(ax, x, top, colors=[[tint(color, 0.4)] * HS for _ in range(T)], cell=cell)
+    for i in range(T):
+        text(
+            ax,
+            x + HS * cell + 0.1,
+            top - (i + 0.5) * cell,
+            f"{name}{i}",
+            size=8,
+            ha="left",
+            color=color,
+        )
+    text(
+        ax,
+        x + HS * cell / 2,
+        top + title_y,
+        f"{name.upper()}   (T, head_size)",
+        size=8.5,
+        color=color,
+        weight="bold",
+    )
+    return top
+
+
 def draw() -> Figure:
     fig, ax = canvas(9.0, 4.6)
     cell = 0.3
@@ -78,49 +106,9 @@ def draw() -> Figure:
         weight="bold",
     )
     arrow(ax, (xb + bw, rows["q"]), (xc - 0.03, rows["q"]), color=QUERY_COLOR)
-    ktop = rows["k"] + 2 * cell  # K spans ktop .. ktop - T * cell
-    grid(ax, xc, ktop, colors=[[tint(KEY_COLOR, 0.4)] * HS for _ in range(T)], cell=cell)
-    for i in range(T):
-        text(
-            ax,
-            xc + HS * cell + 0.1,
-            ktop - (i + 0.5) * cell,
-            f"k{i}",
-            size=8,
-            ha="left",
-            color=KEY_COLOR,
-        )
-    text(
-        ax,
-        xc + HS * cell / 2,
-        ktop + 0.15,
-        "K   (T, head_size)",
-        size=8.5,
-        color=KEY_COLOR,
-        weight="bold",
-    )
+    ktop = _rows_of(ax, xc, rows["k"], cell, "k", KEY_COLOR, title_y=+0.15)
     arrow(ax, (xb + bw, rows["k"]), (xc - 0.03, rows["k"]), color=KEY_COLOR)
-    vtop = rows["v"] + 2 * cell
-    grid(ax, xc, vtop, colors=[[tint(VALUE_COLOR, 0.4)] * HS for _ in range(T)], cell=cell)
-    for i in range(T):
-        text(
-            ax,
-            xc + HS * cell + 0.1,
-            vtop - (i + 0.5) * cell,
-            f"v{i}",
-            size=8,
-            ha="left",
-            color=VALUE_COLOR,
-        )
-    text(
-        ax,
-        xc + HS * cell / 2,
-        vtop - T * cell - 0.17,
-        "V   (T, head_size)",
-        size=8.5,
-        color=VALUE_COLOR,
-        weight="bold",
-    )
+    _rows_of(ax, xc, rows["v"], cell, "v", VALUE_COLOR, title_y=-T * cell - 0.17)
     arrow(ax, (xb + bw, rows["v"]), (xc - 0.03, rows["v"]), color=VALUE_COLOR)
 
     # Scores of query t against every key, masked, then softmax.
