@@ -168,8 +168,8 @@
       const w = 26;
       const gap = 8;
       const h = 120;
-      const top = 8;
-      const left = 30;
+      const top = 16;
+      const left = 40;
       const children = [];
       for (const v of [0, 0.5, 1]) {
         const y = top + h - v * h;
@@ -187,8 +187,8 @@
         children.push(svg("text", { x: x + w / 2, y: top + h - p * h - 3,
           "text-anchor": "middle", class: "afs-small", text: fmt(p, 2) }));
       });
-      children.push(svg("text", { x: 10, y: top + h / 2, "text-anchor": "middle",
-        class: "afs-small", transform: `rotate(-90 10 ${top + h / 2})`, text: "probability" }));
+      children.push(svg("text", { x: 9, y: top + h / 2, "text-anchor": "middle",
+        class: "afs-small", transform: `rotate(-90 9 ${top + h / 2})`, text: "probability" }));
       bars.textContent = "";
       bars.append(svg("svg", { width: left + logits.length * (w + gap) + 6, height: top + h + 20,
         role: "img", "aria-label": "bar chart of softmax(s z), fixed 0-1 axis" }, children));
@@ -224,7 +224,7 @@
       children.push(svg("text", { x: left + 6, y: top + 12, class: "afs-small",
         text: "— p_max   - - ‖J‖_F" }));
       curve.textContent = "";
-      curve.append(svg("svg", { width: left + W + 8, height: top + H + 30, role: "img",
+      curve.append(svg("svg", { width: left + W + 16, height: top + H + 30, role: "img",
         "aria-label": "p_max and the Jacobian norm against the scale" }, children));
     }
 
@@ -352,15 +352,15 @@
           class: "afs-small", text: String(v) }));
       }
       for (const kk of [kmin, 0, kmax]) {
-        children.push(svg("text", { x: X(kk), y: top + H + 13, "text-anchor": "middle",
+        children.push(svg("text", { x: X(kk), y: top + H + 16, "text-anchor": "middle",
           class: "afs-small", text: String(kk) }));
       }
-      children.push(svg("text", { x: left + W / 2, y: top + H + 26, "text-anchor": "middle",
+      children.push(svg("text", { x: left + W / 2, y: top + H + 29, "text-anchor": "middle",
         class: "afs-small", text: "offset k = q − p" }));
       children.push(svg("text", { x: left + 6, y: top + 12, class: "afs-small",
         text: "— PE(p)·PE(p+k), from p   - - from position 0" }));
       plot.textContent = "";
-      plot.append(svg("svg", { width: left + W + 10, height: top + H + 30, role: "img",
+      plot.append(svg("svg", { width: left + W + 16, height: top + H + 34, role: "img",
         "aria-label": "dot product of the encodings against the offset" }, children));
     }
 
