@@ -140,3 +140,17 @@ def test_javascript_files_are_plain_and_inlinable() -> None:
         lines = [ln for ln in text.splitlines() if forbidden in ln and "w3.org/2000/svg" not in ln]
         assert lines == [], f"{forbidden!r} in the JavaScript: {lines[:2]}"
     assert (interactive.JS_DIR / "README.md").is_file()
+
+
+def test_committed_figure_outputs_are_current() -> None:
+    """The book shows the committed outputs: a figure in an executed notebook must carry today's
+    JavaScript (a change to helpers/js means re-executing the chapters that show a figure)."""
+    library = js_source("afs-common.js", "afs-widgets.js")
+    stale = []
+    for path in sorted((interactive.JS_DIR.parents[1] / "book").rglob("*.ipynb")):
+        for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+            for output in cell.get("outputs", []):
+                html = "".join(output.get("data", {}).get("text/html", []))
+                if 'class="afs-widget' in html and library not in html:
+                    stale.append(path.name)
+    assert stale == [], f"re-execute (make execute NB=...): {sorted(set(stale))}"
