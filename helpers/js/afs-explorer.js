@@ -47,7 +47,8 @@
     const counter = el("span", { class: "afs-note" });
     const message = el("p", { class: "afs-message", role: "alert", "aria-live": "polite" });
     const layerSel = el("select", { "aria-label": "layer" },
-      Array.from({ length: cfg.n_layer }, (_, i) => el("option", { value: i, text: `layer ${i}` })));
+      Array.from({ length: cfg.n_layer },
+        (_, i) => el("option", { value: i, text: `layer ${i}` })));
     layerSel.value = String(state.layer);
     const headSel = el("select", { "aria-label": "head" },
       Array.from({ length: cfg.n_head }, (_, i) => el("option", { value: i, text: `head ${i}` })));

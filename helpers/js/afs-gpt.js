@@ -180,8 +180,8 @@
       this.head_size = C / config.n_head;
       this.causal = true;
       this.c_attn = new Linear(
-        need(params, prefix + "c_attn.weight", [3 * C, C]), optional(params, prefix + "c_attn.bias"),
-        C, 3 * C
+        need(params, prefix + "c_attn.weight", [3 * C, C]),
+        optional(params, prefix + "c_attn.bias"), C, 3 * C
       );
       this.c_proj = new Linear(
         need(params, prefix + "c_proj.weight", [C, C]), optional(params, prefix + "c_proj.bias"),
