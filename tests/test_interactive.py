@@ -139,6 +139,8 @@ def test_javascript_files_are_plain_and_inlinable() -> None:
     for forbidden in ("http://", "https://", "import ", "require(", "fetch("):
         lines = [ln for ln in text.splitlines() if forbidden in ln and "w3.org/2000/svg" not in ln]
         assert lines == [], f"{forbidden!r} in the JavaScript: {lines[:2]}"
+    long = [(i, len(ln)) for i, ln in enumerate(text.splitlines(), 1) if len(ln) > 100]
+    assert long == [], f"lines over 100 characters: {long}"
     assert (interactive.JS_DIR / "README.md").is_file()
 
 
