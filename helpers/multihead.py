@@ -82,7 +82,8 @@ class MultiHeadAttention(nn.Module):
         dropout: dropout on the attention weights and on the output.
         bias: whether the projections have biases.
         use_sdpa: compute attention with PyTorch's fused ``F.scaled_dot_product_attention``
-            (fast, does not materialise the weights) instead of the book's explicit version.
+            (which returns the output only, not the weights) instead of the book's explicit
+            version; ``need_weights=True`` in ``forward`` uses the explicit version anyway.
     """
 
     def __init__(
