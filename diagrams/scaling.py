@@ -60,8 +60,8 @@ def _softmax(z: np.ndarray) -> np.ndarray:
 
 def draw() -> Figure:
     fig, ax = canvas(8.8, 3.0)
-    z = np.array([0.6, -0.4, 1.0, -1.1, 0.2])
-    z = (z - z.mean()) / z.std()  # one row of scores with mean 0 and standard deviation exactly 1
+    z = np.array([0.1, -0.2, 0.3, -0.2, 0.5])  # chapter 4's five logits
+    z = (z - z.mean()) / z.std(ddof=1)  # mean 0, standard deviation 1, as the chapter
     d_k = 64
     for col, (title, spread, scale, label) in enumerate(
         [
