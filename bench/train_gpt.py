@@ -1,44 +1,56 @@
-"""Train the book's GPT on Tiny Shakespeare (characters) on the CPU and report what it reached.
+"""Train the book's GPTs on Tiny Shakespeare (characters) for a fixed budget and report the
+validation loss, the training throughput and the model FLOPs utilisation (MFU).
 
-Not a test: a benchmark. It trains one or two *recipes* (a model size plus its optimisation
-settings) for a wall-clock budget and prints one line per recipe with the validation loss, the
-training throughput, the parameter count and the model FLOPs utilisation (MFU) against a float32
-matmul peak measured on this machine with the same number of threads, so that runs on different
-machines can be compared.
+Not a test: a benchmark (it takes minutes). ``bench/README.md`` describes the method and records
+the results.
 
-Recipes:
+Recipes (a model plus how it is optimised):
 
 * ``reference``: Andrej Karpathy's nanoGPT CPU recipe for Shakespeare characters (4 layers,
-  4 heads, ``n_embd`` 128, ``block_size`` 64, batch 12, dropout 0, lr 1e-3 -> 1e-4, 100 warm-up
-  steps), run on this book's model code, with its cosine schedule stretched to fill the budget.
-* ``book``: the configuration the book trains (``helpers.model.GPTConfig``'s defaults: the same
-  model at half the width, ``n_embd`` 64) with a higher learning rate (5e-3 -> 5e-5), chosen by
-  the measurements in ``bench/README.md``.
+  4 heads, ``n_embd`` 128, ``block_size`` 64, batch 12, lr 1e-3 -> 1e-4, 100 warm-up steps),
+  run on the book's model code (``helpers.model.GPT``).
+* ``book``: the recipe of chapter 8, ``helpers.model.GPTConfig()`` and
+  ``helpers.training.TrainConfig()``'s defaults (the same model at ``n_embd`` 64, lr 5e-3 -> 5e-5).
+* ``modern``: chapter 10's model (``helpers.modern.ModernGPT``: rotary positions, RMSNorm,
+  QK-norm, squared-ReLU MLP) trained with Muon for the blocks' matrices and AdamW for the rest.
+* the ablation of chapter 10, one upgrade at a time on the book's recipe: ``rope``, ``rmsnorm``,
+  ``qknorm``, ``relu2``, ``swiglu``, ``muon``.
+* ``gpu``: nanoGPT's GPU configuration (6 layers, 6 heads, ``n_embd`` 384, ``block_size`` 256,
+  batch 64, dropout 0.2, lr 1e-3 -> 1e-4), for ``--device cuda`` (bf16 autocast).
 
-Stretching a schedule to a budget: the first steps (all inside the warm-up, whose learning rate
-does not depend on the run's length) measure the time per step; ``max_steps`` is then set so that
-training ends at the budget, and re-estimated every 5% of the budget so a change of machine load
-does not leave the cosine unfinished or overrun the budget.
+Method (the default): the budget is turned into a fixed number of steps per recipe. Every
+recipe's time per step is measured first, the recipes taking turns (interleaved chunks of steps,
+so a change of machine load affects all of them alike; the fastest chunk of each recipe is
+kept). Each recipe then trains for ``budget / time per step`` steps with its cosine schedule
+ending exactly there; the loss after a fixed number of steps does not depend on how busy the
+machine is while it trains. ``--book-steps N`` instead gives the book's recipe ``N`` steps and
+the others the number of steps that take the same time at the measured speed ratios.
 
 Examples::
 
-    python bench/train_gpt.py                          # the book's recipe, 180 s, 2 threads
-    python bench/train_gpt.py --recipe both            # reference then book (a little over 6 minutes)
-    python bench/train_gpt.py --recipe reference --seconds 60
-    python bench/train_gpt.py --steps 10850 --threads 1 --n-embd 96  # fixed steps: load-independent loss
+    .venv/bin/python bench/train_gpt.py --recipe all           # reference, book, modern at 180 s
+    .venv/bin/python bench/train_gpt.py --recipe book,modern --calibrate-only
+    .venv/bin/python bench/train_gpt.py --recipe modern --steps 7000 --threads 1
+    .venv/bin/python bench/train_gpt.py --recipe gpu --smoke   # the GPU path, a few steps on CPU
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import statistics
 import sys
 import time
 from dataclasses import dataclass, replace
 
 import torch
+from torch import nn
 
+from helpers.cost import forward_flops
 from helpers.data import load_tinyshakespeare
 from helpers.model import GPT, GPTConfig
+from helpers.modern import GPT2_SWITCHES, ModernConfig, ModernGPT
+from helpers.muon import make_muon
 from helpers.tokenizer import CharTokenizer
 from helpers.training import (
     TrainConfig,
@@ -53,7 +65,8 @@ from helpers.training import (
 
 @dataclass(frozen=True)
 class Recipe:
-    """A model configuration plus how to optimise it."""
+    """A model configuration plus how to optimise it (``muon_lr_scale``: Muon for the blocks'
+    matrices at that multiple of the learning rate; ``None``: AdamW for everything)."""
 
     name: str
     model: GPTConfig
@@ -63,22 +76,31 @@ class Recipe:
     warmup_steps: int
     weight_decay: float = 0.1
     grad_clip: float = 1.0
+    muon_lr_scale: float | None = None
+
+    def describe(self) -> str:
+        c = self.model
+        arch = ""
+        if isinstance(c, ModernConfig):
+            arch = f" {c.pos}/{c.norm}{'/qk' if c.qk_norm else ''}/{c.mlp}"
+        opt = f" muon x{self.muon_lr_scale:g}" if self.muon_lr_scale else ""
+        return (
+            f"L{c.n_layer} H{c.n_head} C{c.n_embd} T{c.block_size} B{self.batch_size}{arch} "
+            f"lr {self.max_lr:g}->{self.min_lr:g}{opt}"
+        )
 
 
 # nanoGPT's config/train_shakespeare_char.py with the CPU overrides of its README.
 REFERENCE = Recipe(
     "reference",
-    GPTConfig(
-        vocab_size=65, block_size=64, n_layer=4, n_head=4, n_embd=128, dropout=0.0, bias=False
-    ),
+    GPTConfig(vocab_size=65, block_size=64, n_layer=4, n_head=4, n_embd=128),
     batch_size=12,
     max_lr=1e-3,
     min_lr=1e-4,
     warmup_steps=100,
 )
 
-# The book's configuration: GPTConfig's and TrainConfig's defaults (helpers.model, helpers.training),
-# chosen by measurement (bench/README.md). The chapter book/part2/gpt.ipynb trains exactly this.
+# The book's recipe: GPTConfig's and TrainConfig's defaults (chapter 8 trains exactly this).
 _BOOK_TRAIN = TrainConfig()
 BOOK = Recipe(
     "book",
@@ -91,34 +113,173 @@ BOOK = Recipe(
     grad_clip=_BOOK_TRAIN.grad_clip,
 )
 
-RECIPES = {"reference": REFERENCE, "book": BOOK}
+MUON_LR_SCALE = 4.0  # Muon's learning rate / AdamW's (chosen in bench/README.md)
+
+
+def _book_with(name: str, muon: bool = False, **switches: object) -> Recipe:
+    """The book's recipe on ``ModernGPT`` with some switches changed from GPT-2's."""
+    model = ModernConfig(**{**GPT2_SWITCHES, **switches})
+    return replace(BOOK, name=name, model=model, muon_lr_scale=MUON_LR_SCALE if muon else None)
+
+
+MODERN = _book_with("modern", muon=True, pos="rope", norm="rms", qk_norm=True, mlp="relu2")
+
+# nanoGPT's GPU configuration for Shakespeare characters (config/train_shakespeare_char.py).
+GPU = Recipe(
+    "gpu",
+    GPTConfig(vocab_size=65, block_size=256, n_layer=6, n_head=6, n_embd=384, dropout=0.2),
+    batch_size=64,
+    max_lr=1e-3,
+    min_lr=1e-4,
+    warmup_steps=100,
+)
+
+RECIPES = {
+    r.name: r
+    for r in (
+        REFERENCE,
+        BOOK,
+        MODERN,
+        _book_with("rope", pos="rope"),
+        _book_with("rmsnorm", norm="rms"),
+        _book_with("qknorm", qk_norm=True),
+        _book_with("relu2", mlp="relu2"),
+        _book_with("swiglu", mlp="swiglu"),
+        _book_with("muon", muon=True),
+        GPU,
+    )
+}
+GROUPS = {
+    "all": ["reference", "book", "modern"],
+    "ablation": ["book", "rope", "rmsnorm", "qknorm", "relu2", "swiglu", "muon", "modern"],
+}
 
 EVAL_BATCHES = 50  # held-out batches for the final validation loss
 EVAL_BATCH_SIZE = 32
 EVAL_SEED = 1234
 
 
-def matmul_peak_gflops(n: int = 2048, repeats: int = 10) -> float:
-    """Best float32 ``n x n @ n x n`` throughput in GFLOP/s with the current thread count."""
+def matmul_peak_gflops(
+    n: int = 2048, repeats: int = 10, device: str = "cpu", clock: str = "wall"
+) -> float:
+    """Best float32 ``n x n @ n x n`` throughput in GFLOP/s with the current thread count
+    (``clock="cpu"``: per second of the process's CPU time, for one thread)."""
+    now = time.process_time if clock == "cpu" else time.perf_counter
     g = torch.Generator().manual_seed(0)
-    a = torch.randn(n, n, generator=g)
-    b = torch.randn(n, n, generator=g)
-    for _ in range(2):
-        a @ b  # warm-up: thread pool, caches
+    a = torch.randn(n, n, generator=g).to(device)
+    b = torch.randn(n, n, generator=g).to(device)
     best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
+    for i in range(repeats + 2):
+        _sync(device)
+        start = now()
         a @ b
-        best = min(best, time.perf_counter() - start)
+        _sync(device)
+        if i >= 2:  # the first products warm up the thread pool and caches
+            best = min(best, now() - start)
     return 2 * n**3 / best / 1e9
 
 
-def flops_per_token(model: GPT) -> float:
-    """Training FLOPs per token, as in the PaLM paper's appendix (and nanoGPT's MFU): 6 per
-    parameter (forward + backward) plus the attention scores and weighted sums."""
-    c = model.config
-    n_params = model.num_params()  # the token embedding counts (it is the tied LM head)
-    return 6 * n_params + 12 * c.n_layer * c.n_embd * c.block_size
+def _sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def flops_per_token(config: GPTConfig) -> float:
+    """Training FLOPs per token: three forward passes (forward, and a backward pass that costs
+    two), with the forward pass's matrix-product FLOPs from ``helpers.cost.forward_flops`` over a
+    full window (``6 N + 12 L C T`` with ``N`` the weights used in matrix products)."""
+    T = config.block_size
+    return 3 * forward_flops(config, T) / T
+
+
+class Run:
+    """One recipe's model, optimiser and batch stream, stepped by :meth:`steps`."""
+
+    def __init__(self, recipe: Recipe, train_data: torch.Tensor, seed: int, device: str) -> None:
+        self.recipe, self.train_data, self.device = recipe, train_data, device
+        torch.manual_seed(seed)
+        cfg = recipe.model
+        self.model: nn.Module = (ModernGPT(cfg) if isinstance(cfg, ModernConfig) else GPT(cfg)).to(
+            device
+        )
+        if recipe.muon_lr_scale:
+            self.optimizer: torch.optim.Optimizer = make_muon(
+                self.model,
+                lr=recipe.max_lr,
+                weight_decay=recipe.weight_decay,
+                muon_lr_scale=recipe.muon_lr_scale,
+            )
+        else:
+            self.optimizer = make_adamw(
+                self.model, lr=recipe.max_lr, weight_decay=recipe.weight_decay
+            )
+        self.generator = torch.Generator().manual_seed(seed)
+        self.autocast = (
+            torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16)
+            if device != "cpu"
+            else contextlib.nullcontext()
+        )
+        self.step = 0
+        self.model.train()
+
+    def steps(self, n: int, total_steps: int) -> float:
+        """Take ``n`` training steps of a run of ``total_steps``; return the last loss."""
+        r = self.recipe
+        loss = torch.tensor(float("nan"))
+        for _ in range(n):
+            lr = cosine_lr(
+                self.step,
+                max_lr=r.max_lr,
+                warmup_steps=r.warmup_steps,
+                total_steps=total_steps,
+                min_lr=r.min_lr,
+            )
+            x, y = get_batch(
+                self.train_data,
+                r.model.block_size,
+                r.batch_size,
+                generator=self.generator,
+                device=self.device,
+            )
+            with self.autocast:
+                loss = train_step(self.model, self.optimizer, x, y, lr=lr, grad_clip=r.grad_clip)
+            self.step += 1
+        _sync(self.device)
+        return loss.item()
+
+
+def calibrate(
+    recipes: list[Recipe],
+    train_data: torch.Tensor,
+    *,
+    rounds: int,
+    chunk: int,
+    device: str,
+    clock: str = "wall",
+) -> dict[str, float]:
+    """Seconds per training step of each recipe: ``rounds`` chunks of ``chunk`` steps, the
+    recipes taking turns, after 5 untimed steps each; the fastest chunk counts (load only ever
+    adds time). ``clock="cpu"`` measures the process's CPU time instead of the wall clock: with
+    one thread that is the time the step would take on an idle core, however many other jobs
+    share the machine. The steps are warm-up steps, whose learning rate does not depend on the
+    length of the run; the models are thrown away afterwards."""
+    now = time.process_time if clock == "cpu" else time.perf_counter
+    runs = [Run(r, train_data, seed=0, device=device) for r in recipes]
+    for run in runs:
+        run.steps(5, total_steps=10**9)
+    times: dict[str, list[float]] = {r.name: [] for r in recipes}
+    for _ in range(rounds):
+        for run in runs:
+            start = now()
+            run.steps(chunk, total_steps=10**9)
+            times[run.recipe.name].append((now() - start) / chunk)
+    for name, t in times.items():
+        print(
+            f"#   {name:10s} ms/step: fastest {1e3 * min(t):.1f}, "
+            f"median {1e3 * statistics.median(t):.1f} over {rounds} chunks of {chunk}",
+            flush=True,
+        )
+    return {name: min(t) for name, t in times.items()}
 
 
 def train_recipe(
@@ -126,200 +287,221 @@ def train_recipe(
     train_data: torch.Tensor,
     val_data: torch.Tensor,
     *,
-    seconds: float | None,
-    steps: int | None,
+    steps: int,
     seed: int,
+    device: str,
     log_every: float,
 ) -> dict[str, float]:
-    """Train ``recipe`` for ``seconds`` of wall clock (schedule stretched to fit) or exactly
-    ``steps`` steps; return the measurements."""
-    torch.manual_seed(seed)
-    model = GPT(recipe.model)
-    optimizer = make_adamw(model, lr=recipe.max_lr, weight_decay=recipe.weight_decay)
-    g = torch.Generator().manual_seed(seed)
-    B, T = recipe.batch_size, recipe.model.block_size
-
-    skip = 5  # the first steps are slower (allocations, thread pool): not timed
-    calib_steps = max(skip + 5, min(recipe.warmup_steps, 40))  # timed to size the run
-    # Until calibrated, max_steps is effectively infinite: inside the warm-up the learning rate
-    # does not depend on it, and just after it the cosine is still at its peak.
-    max_steps = steps if steps is not None else 10**9
-    t_skip = 0.0
-    next_recalib = 0.0
-    next_log = log_every
+    """Train ``recipe`` for exactly ``steps`` steps; return the measurements."""
+    run = Run(recipe, train_data, seed, device)
     start = time.perf_counter()
-    step = 0
-    model.train()
-    while step < max_steps:
-        lr = cosine_lr(
-            step,
-            max_lr=recipe.max_lr,
-            warmup_steps=recipe.warmup_steps,
-            total_steps=max_steps,
-            min_lr=recipe.min_lr,
-        )
-        x, y = get_batch(train_data, T, B, generator=g)
-        loss = train_step(model, optimizer, x, y, lr=lr, grad_clip=recipe.grad_clip)
-        step += 1
-
+    cpu_start = time.process_time()
+    next_log = log_every
+    done = 0
+    while done < steps:
+        n = min(100, steps - done)
+        loss = run.steps(n, total_steps=steps)
+        done += n
         elapsed = time.perf_counter() - start
-        if step == skip:
-            t_skip = elapsed
-        if (
-            steps is None
-            and seconds is not None
-            and step >= calib_steps
-            and elapsed >= next_recalib
-        ):
-            per_step = (elapsed - t_skip) / (step - skip)
-            max_steps = max(step + 1, step + int((seconds - elapsed) / per_step))
-            next_recalib = elapsed + 0.05 * seconds
-        if seconds is not None and elapsed >= seconds:
-            break  # hard stop: the budget is the budget
         if log_every and elapsed >= next_log:
             print(
-                f"  [{recipe.name}] step {step}/{max_steps}  lr {lr:.2e}  loss {loss.item():.3f}  "
-                f"{elapsed:.0f}s",
+                f"  [{recipe.name}] step {done}/{steps}  loss {loss:.3f}  {elapsed:.0f}s",
                 file=sys.stderr,
                 flush=True,
             )
             next_log += log_every
-    train_seconds = time.perf_counter() - start
-
-    val = estimate_loss(model, {"val": val_data}, T, EVAL_BATCH_SIZE, EVAL_BATCHES, seed=EVAL_SEED)[
-        "val"
-    ]
-    tokens_per_s = step * B * T / train_seconds
+    seconds = time.perf_counter() - start
+    cpu_seconds = time.process_time() - cpu_start
+    with run.autocast:
+        val = estimate_loss(
+            run.model,
+            {"val": val_data},
+            recipe.model.block_size,
+            EVAL_BATCH_SIZE,
+            EVAL_BATCHES,
+            seed=EVAL_SEED,
+            device=device,
+        )["val"]
     return {
         "val_loss": val,
-        "steps": step,
-        "seconds": train_seconds,
-        "tokens_per_s": tokens_per_s,
-        "params": model.num_params(),
-        "flops_per_token": flops_per_token(model),
-        "final_lr": lr,
+        "steps": steps,
+        "seconds": seconds,
+        "cpu_seconds": cpu_seconds,
+        "params": run.model.num_params(),
+        "last_train_loss": loss,
     }
 
 
-def override(recipe: Recipe, args: argparse.Namespace) -> Recipe:
-    """Apply the command line's model/optimiser overrides (used for the configuration search)."""
-    model_fields = {
-        "n_layer": args.n_layer,
-        "n_head": args.n_head,
-        "n_embd": args.n_embd,
-        "block_size": args.block_size,
-        "dropout": args.dropout,
-    }
-    model_fields = {k: v for k, v in model_fields.items() if v is not None}
-    opt_fields = {
-        "batch_size": args.batch_size,
-        "max_lr": args.lr,
-        "min_lr": args.min_lr,
-        "warmup_steps": args.warmup,
-        "weight_decay": args.weight_decay,
-    }
-    opt_fields = {k: v for k, v in opt_fields.items() if v is not None}
-    if not model_fields and not opt_fields:
-        return recipe
-    if args.lr is not None and args.min_lr is None:  # keep the recipe's decay ratio
-        opt_fields["min_lr"] = args.lr * recipe.min_lr / recipe.max_lr
-    return replace(
-        recipe, name=recipe.name + "*", model=replace(recipe.model, **model_fields), **opt_fields
+def parse_recipes(text: str) -> list[str]:
+    names: list[str] = []
+    for part in text.split(","):
+        names += GROUPS.get(part, [part])
+    unknown = [n for n in names if n not in RECIPES]
+    if unknown:
+        raise ValueError(
+            f"unknown recipe(s) {unknown}; choose from {sorted(RECIPES)} or {sorted(GROUPS)}"
+        )
+    return list(dict.fromkeys(names))
+
+
+def parse_steps(text: str, names: list[str]) -> dict[str, int]:
+    """``"N"`` (every recipe) or ``"name=N,name=N"`` (one count per recipe in ``names``)."""
+    if "=" not in text:
+        pairs = {n: text for n in names}
+    else:
+        pairs = dict(part.split("=", 1) for part in text.split(","))
+    missing = [n for n in names if n not in pairs]
+    if missing:
+        raise ValueError(f"--steps gives no count for {missing}")
+    steps = {n: int(pairs[n]) for n in names}
+    if any(v <= 0 for v in steps.values()):
+        raise ValueError("--steps must be positive")
+    return steps
+
+
+def smoke(recipe: Recipe, device: str) -> int:
+    """A few steps of ``recipe`` at full size with bf16 autocast on ``device`` (the GPU path
+    without a GPU): checks that the code path runs and the loss is finite."""
+    g = torch.Generator().manual_seed(0)
+    data = torch.randint(recipe.model.vocab_size, (10_000,), generator=g)
+    small = replace(recipe, batch_size=2)
+    run = Run(small, data, seed=0, device=device)
+    run.autocast = torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16)
+    first = run.steps(1, total_steps=3)
+    last = run.steps(2, total_steps=3)
+    print(
+        f"smoke {recipe.name} on {device} with bf16 autocast: {run.model.num_params():,} params, "
+        f"loss {first:.3f} -> {last:.3f} in 3 steps of batch 2 x {recipe.model.block_size}"
     )
+    return 0 if torch.isfinite(torch.tensor(last)) else 1
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--recipe", choices=["reference", "book", "both"], default="book")
     p.add_argument(
-        "--seconds", type=float, default=180.0, help="wall-clock training budget per recipe"
+        "--recipe",
+        default="book",
+        help="comma-separated recipes, or 'all' (reference, book, modern) or 'ablation'",
     )
+    p.add_argument("--seconds", type=float, default=180.0, help="training budget per recipe")
     p.add_argument(
         "--steps",
-        type=int,
-        default=None,
-        help="train exactly this many steps instead (the loss then does not depend on machine load)",
+        help="train exactly this many steps, no calibration: N for every recipe, or "
+        "name=N,name=N (e.g. the counts a --calibrate-only run printed)",
     )
+    p.add_argument("--book-steps", type=int, help="anchor: the book's recipe gets this many steps")
+    p.add_argument("--calibrate-only", action="store_true", help="print the step counts and stop")
+    p.add_argument("--rounds", type=int, default=6, help="calibration chunks per recipe")
+    p.add_argument("--chunk", type=int, default=30, help="steps per calibration chunk")
     p.add_argument(
-        "--threads",
-        type=int,
-        default=2,
-        help="torch.set_num_threads (the peak is measured with it)",
+        "--clock",
+        choices=["wall", "cpu"],
+        default="wall",
+        help="calibrate on wall-clock time, or on CPU time (meaningful with --threads 1 only)",
     )
+    p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
+    p.add_argument("--device", default="cpu", help="cpu or cuda (bf16 autocast on cuda)")
     p.add_argument("--seed", type=int, default=1337)
-    p.add_argument(
-        "--log-every",
-        type=float,
-        default=30.0,
-        help="seconds between progress lines (stderr); 0: none",
-    )
-    g = p.add_argument_group("overrides of the recipe (configuration search)")
-    for flag, typ in [
-        ("--n-layer", int),
-        ("--n-head", int),
-        ("--n-embd", int),
-        ("--block-size", int),
-        ("--dropout", float),
-        ("--batch-size", int),
-        ("--lr", float),
-        ("--min-lr", float),
-        ("--warmup", int),
-        ("--weight-decay", float),
-    ]:
-        g.add_argument(flag, type=typ, default=None)
+    p.add_argument("--smoke", action="store_true", help="3 steps with bf16 autocast, then stop")
+    p.add_argument("--log-every", type=float, default=60.0, help="seconds between progress lines")
     args = p.parse_args(argv)
+    try:
+        names = parse_recipes(args.recipe)
+    except ValueError as err:
+        p.error(str(err))
+    fixed_steps: dict[str, int] = {}
+    if args.steps is not None:
+        try:
+            fixed_steps = parse_steps(args.steps, names)
+        except ValueError as err:
+            p.error(str(err))
     if args.seconds <= 0:
         p.error("--seconds must be positive")
-    if args.steps is not None and args.steps <= 0:
-        p.error("--steps must be positive")
-
+    if args.clock == "cpu" and args.threads != 1:
+        p.error("--clock cpu needs --threads 1 (with more threads CPU time is not step time)")
     torch.set_num_threads(args.threads)
+    if args.smoke:
+        return max(smoke(RECIPES[n], args.device) for n in names)
+
     text = load_tinyshakespeare()
     tokenizer = CharTokenizer.from_text(text)
     data = torch.tensor(tokenizer.encode(text), dtype=torch.long)
     train_data, val_data = train_val_split(data, 0.9)
+    recipes = [RECIPES[n] for n in names]
 
-    peak = matmul_peak_gflops()
-    names = ["reference", "book"] if args.recipe == "both" else [args.recipe]
-    budget = None if args.steps is not None else args.seconds
-    print(
-        f"# torch {torch.__version__}, {args.threads} threads, float32 matmul peak {peak:.0f} GFLOP/s, "
-        + (
-            f"{args.steps} steps per recipe"
-            if args.steps
-            else f"budget {args.seconds:.0f} s per recipe"
-        ),
-        flush=True,
+    cpu = next(
+        (line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if "model name" in line),
+        "unknown CPU",
     )
+    print(f"# torch {torch.__version__}, {cpu}, {args.threads} threads, device {args.device}")
+    peak = matmul_peak_gflops(device=args.device, clock=args.clock)
+    per_step: dict[str, float] = {}
+    if fixed_steps:
+        steps = fixed_steps
+        print(f"# float32 matmul peak {peak:.0f} GFLOP/s ({args.clock} clock)", flush=True)
+    else:
+        print(f"# calibrating (interleaved); float32 matmul peak {peak:.0f} GFLOP/s", flush=True)
+        per_step = calibrate(
+            recipes,
+            train_data,
+            rounds=args.rounds,
+            chunk=args.chunk,
+            device=args.device,
+            clock=args.clock,
+        )
+        peak = max(peak, matmul_peak_gflops(device=args.device, clock=args.clock))
+        if args.book_steps is not None:
+            if "book" not in per_step:
+                p.error("--book-steps needs the book recipe among --recipe")
+            budget = args.book_steps * per_step["book"]
+            print(f"# book gets {args.book_steps} steps: a budget of {budget:.1f} s at its speed")
+        else:
+            budget = args.seconds
+        steps = {n: max(1, int(budget / per_step[n])) for n in names}
+        print(
+            f"# float32 matmul peak {peak:.0f} GFLOP/s; steps for {budget:.0f} s: "
+            + ", ".join(f"{n} {s}" for n, s in steps.items()),
+            flush=True,
+        )
+    if args.calibrate_only:
+        return 0
+
     results = {}
-    for name in names:
-        recipe = override(RECIPES[name], args)
-        r = train_recipe(
-            recipe,
+    for r in recipes:
+        out = train_recipe(
+            r,
             train_data,
             val_data,
-            seconds=budget,
-            steps=args.steps,
+            steps=steps[r.name],
             seed=args.seed,
+            device=args.device,
             log_every=args.log_every,
         )
-        mfu = r["flops_per_token"] * r["tokens_per_s"] / (peak * 1e9)
-        c = recipe.model
-        results[name] = r
+        tokens_per_step = r.batch_size * r.model.block_size
+        # Throughput from the calibration (interleaved, fastest chunk) when there is one, else
+        # from the training run itself (its CPU time with --clock cpu).
+        run_seconds = out["cpu_seconds"] if args.clock == "cpu" else out["seconds"]
+        seconds_per_step = per_step.get(r.name, run_seconds / out["steps"])
+        tps = tokens_per_step / seconds_per_step
+        mfu = flops_per_token(r.model) * tps / (peak * 1e9)
+        results[r.name] = {**out, "tokens_per_s": tps, "mfu": mfu}
+        trained_tps = tokens_per_step * out["steps"] / out["seconds"]
         print(
-            f"{recipe.name:10s} val_loss {r['val_loss']:.4f}  tokens/s {r['tokens_per_s']:,.0f}  "
-            f"params {r['params']:,}  MFU {100 * mfu:.1f}%  | steps {r['steps']} in {r['seconds']:.1f} s  "
-            f"(L{c.n_layer} H{c.n_head} C{c.n_embd} T{c.block_size} B{recipe.batch_size} "
-            f"lr {recipe.max_lr:g}->{recipe.min_lr:g} warmup {recipe.warmup_steps})",
+            f"{r.name:10s} val_loss {out['val_loss']:.4f}  tokens/s {tps:,.0f}  "
+            f"MFU {100 * mfu:.1f}%  params {out['params']:,}  | steps {out['steps']} "
+            f"(trained in {out['seconds']:.0f} s, {trained_tps:,.0f} tokens/s)  ({r.describe()})",
             flush=True,
         )
-    if len(results) == 2:
-        ref, book = results["reference"], results["book"]
-        print(
-            f"book vs reference: val loss {book['val_loss']:.4f} vs {ref['val_loss']:.4f} "
-            f"({book['val_loss'] - ref['val_loss']:+.4f}), tokens/s x{book['tokens_per_s'] / ref['tokens_per_s']:.2f}",
-            flush=True,
-        )
+    if "reference" in results and len(results) > 1:
+        ref = results["reference"]
+        for name, res in results.items():
+            if name != "reference":
+                print(
+                    f"{name} vs reference: val loss {res['val_loss']:.4f} vs {ref['val_loss']:.4f}"
+                    f" ({res['val_loss'] - ref['val_loss']:+.4f}), "
+                    f"tokens/s x{res['tokens_per_s'] / ref['tokens_per_s']:.2f}",
+                    flush=True,
+                )
     return 0
 
 

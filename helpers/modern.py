@@ -82,20 +82,23 @@ def sliding_window_mask(
 
 @dataclass
 class RollingKVCache(KVCache):
-    """A key/value cache that keeps only the last ``window`` tokens, and counts every token it
-    has seen (``seen``: the position of the next token). With RoPE the cached keys were rotated
-    by their own positions, which never change, so they stay valid as the window slides."""
+    """A key/value cache that keeps only the last ``window - 1`` tokens (with the next token
+    itself, a full window), and counts every token it has seen (``seen``: the position of the
+    next token). With RoPE the cached keys were rotated by their own positions, which never
+    change, so they stay valid as the window slides."""
 
     window: int = 0
     seen: int = 0
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Add the new tokens; return the kept and the new keys and values (for this call's
-        attention), and keep only the last ``window`` of them for the next call."""
+        attention), and keep only the last ``window - 1`` of them for the next call."""
         k_all, v_all = super().append(k, v)
         self.seen += k.shape[-2]
-        if self.window and k_all.shape[-2] > self.window:
-            self.k, self.v = k_all[..., -self.window :, :], v_all[..., -self.window :, :]
+        keep = self.window - 1
+        if self.window and k_all.shape[-2] > keep:
+            start = k_all.shape[-2] - keep
+            self.k, self.v = k_all[..., start:, :], v_all[..., start:, :]
         return k_all, v_all
 
 
@@ -132,28 +135,34 @@ class ModernAttention(nn.Module):
         """``x``: ``(B, T, C)`` tokens at positions ``offset .. offset + T - 1`` (with a cache,
         the new tokens after the cached ones). Returns ``(B, T, C)``."""
         B, T, C = x.shape
-        q, k, v = self.c_attn(x).split(C, dim=2)
-        q, k, v = (t.view(B, T, self.n_head, self.head_size).transpose(1, 2) for t in (q, k, v))
+        # (3, B, n_head, T, head_size): queries, keys and values, split into heads.
+        qkv = self.c_attn(x).view(B, T, 3, self.n_head, self.head_size).permute(2, 0, 3, 1, 4)
+        qk, v = qkv[:2], qkv[2]  # queries and keys are normalised and rotated together
         if self.q_norm is not None and self.k_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
+            gains = torch.stack([self.q_norm.weight, self.k_norm.weight])[:, None, None, None]
+            qk = F.rms_norm(qk, (self.head_size,), eps=self.q_norm.eps) * gains
         if self.rotary is not None:
-            q, k = self.rotary(q, offset), self.rotary(k, offset)
+            qk = self.rotary(qk, offset)
+        q, k = qk[0], qk[1]
         if kv_cache is not None:
             k, v = kv_cache.append(k, v)
         T_past = k.shape[-2] - T
         mask = None
-        if T_past or T > self.window:
+        if T == 1 and T_past < self.window:
+            pass  # one new token that may see every kept key: no mask at all
+        elif T_past or T > self.window:
             mask = sliding_window_mask(T, T_past=T_past, window=self.window, device=x.device)
         if need_weights:
             scores = q @ k.transpose(-2, -1) / math.sqrt(self.head_size)
             if mask is None:
-                mask = sliding_window_mask(T, window=self.window, device=x.device)
+                mask = sliding_window_mask(T, T_past=T_past, window=self.window, device=x.device)
             weights = scores.masked_fill(~mask, float("-inf")).softmax(dim=-1)
             self.last_weights = weights.detach()
             y = weights @ v
         else:
             self.last_weights = None
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None)
+            causal = mask is None and T > 1
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.c_proj(y)
 
@@ -304,7 +313,7 @@ class ModernGPT(nn.Module):
         return logits, loss
 
     def new_caches(self) -> list[RollingKVCache]:
-        """One empty :class:`RollingKVCache` per layer, keeping ``block_size`` tokens each."""
+        """One empty :class:`RollingKVCache` per layer (``block_size - 1`` tokens each)."""
         return [RollingKVCache(window=self.config.block_size) for _ in self.blocks]
 
     @torch.no_grad()

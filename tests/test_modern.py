@@ -71,7 +71,7 @@ def test_rolling_cache_equals_sliding_window_far_beyond_block_size() -> None:
         prefill, _ = model(idx[:, :5], kv_caches=caches)
         steps = [model(idx[:, t : t + 1], kv_caches=caches)[0] for t in range(5, 60)]
     assert_close(torch.cat([prefill, *steps], dim=1), full, atol=1e-5, rtol=1e-4)
-    assert len(caches[0]) == 8 and caches[0].seen == 60
+    assert len(caches[0]) == 7 and caches[0].seen == 60  # block_size - 1 kept
 
 
 def test_generate_cached_equals_uncached_beyond_block_size() -> None:
@@ -104,3 +104,28 @@ def test_errors() -> None:
         model(torch.zeros(1, 4))  # float ids
     with pytest.raises(ValueError):
         model(torch.tensor([[11]]))
+
+
+def test_attention_is_qk_norm_then_rope_then_causal_sdpa() -> None:
+    """The fused layout of ModernAttention computes the textbook order of operations."""
+    import torch.nn.functional as F
+
+    from helpers.modern import ModernAttention
+    from helpers.norms import rms_norm
+    from helpers.rope import apply_rope
+
+    cfg = ModernConfig(**SMALL)
+    torch.manual_seed(0)
+    attn = ModernAttention(cfg)
+    with torch.no_grad():
+        attn.q_norm.weight.uniform_(0.5, 1.5)
+        attn.k_norm.weight.uniform_(0.5, 1.5)
+    x = torch.randn(2, 8, 16)
+    q, k, v = attn.c_attn(x).split(16, dim=-1)
+    q, k, v = (t.view(2, 8, 2, 8).transpose(1, 2) for t in (q, k, v))
+    pos = torch.arange(3, 11)
+    q = apply_rope(rms_norm(q, attn.q_norm.weight), pos)
+    k = apply_rope(rms_norm(k, attn.k_norm.weight), pos)
+    y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    expected = attn.c_proj(y.transpose(1, 2).reshape(2, 8, 16))
+    assert_close(attn(x, offset=3), expected)
