@@ -152,12 +152,14 @@ def forward_flops(
 
 
 def flops_per_new_token(config: GPTConfig, T: int, *, use_cache: bool) -> int:
-    """FLOPs to get the next-token logits when the context already holds ``T`` tokens.
+    """FLOPs of one decode step: the next-token logits for a context of ``T`` tokens, the newest
+    one included (with a cache, the other ``T - 1`` are already cached).
 
     Without a cache the model reruns the whole context (``forward_flops(config, T)``, as
     ``GPT.generate`` does, dense attention). With a key/value cache only the newest token goes
     through the model: ``2 N_mm`` for its projections, MLPs and LM head, plus ``4 L T C`` for its
-    one query row against the ``T`` keys and values (all visible: no mask, nothing to skip).
+    one query row against the ``T`` keys and values, its own included (all visible: no mask,
+    nothing to skip). The ratio of the two is exactly ``T``.
 
     Raises:
         ValueError: if ``T`` is not in ``1..block_size``.

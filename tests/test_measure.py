@@ -18,16 +18,22 @@ from helpers.measure import (
 )
 
 
-def test_median_time_runs_warmup_and_repeats_and_ignores_outliers() -> None:
+def test_median_time_runs_warmup_and_repeats_and_ignores_outliers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     calls = []
-    assert median_time(lambda: calls.append(1), repeats=4, warmup=2) >= 0
+    median_time(lambda: calls.append(1), repeats=4, warmup=2)
     assert len(calls) == 6
-    durations = iter([0.0, 0.001, 0.05, 0.001])  # one slow run among fast ones
+    # A fake clock: each call of `slow_once` advances it by the next duration, so the test
+    # measures the median logic, not the machine.
+    clock = [0.0]
+    monkeypatch.setattr(time, "perf_counter", lambda: clock[0])
+    durations = iter([9.0, 0.001, 0.05, 0.002])  # a warm-up, then one slow run among fast ones
 
-    def sleepy() -> None:
-        time.sleep(next(durations))
+    def slow_once() -> None:
+        clock[0] += next(durations)
 
-    assert median_time(sleepy, repeats=3, warmup=1) < 0.03
+    assert median_time(slow_once, repeats=3, warmup=1) == pytest.approx(0.002)  # mean: 0.0177
     with pytest.raises(ValueError, match="repeats must be at least 1"):
         median_time(lambda: None, repeats=0)
     with pytest.raises(ValueError, match="warmup must be >= 0"):
