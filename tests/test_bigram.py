@@ -18,17 +18,17 @@ def ids(shape: tuple[int, ...], vocab_size: int, seed: int) -> torch.Tensor:
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_logits_are_rows_of_the_table_and_loss_is_cross_entropy(seed: int) -> None:
     _ = torch.manual_seed(seed)
-    V = 13
-    model = BigramLanguageModel(V)
-    x, y = ids((4, 9), V, seed), ids((4, 9), V, seed + 100)
+    vocab_size = 13
+    model = BigramLanguageModel(vocab_size)
+    x, y = ids((4, 9), vocab_size, seed), ids((4, 9), vocab_size, seed + 100)
     logits, loss = model(x, y)
     table = model.token_embedding_table.weight
-    assert logits.shape == (4, 9, V)
+    assert logits.shape == (4, 9, vocab_size)
     torch.testing.assert_close(logits, table[x])
     # the loss, written out: the mean negative log-probability of each target under its row
     by_hand = -F.log_softmax(table, dim=-1)[x, y].mean()
     torch.testing.assert_close(loss, by_hand)
-    # and PyTorch's cross_entropy with the classes in dimension 1, (B, V, T)
+    # and PyTorch's cross_entropy with the classes in dimension 1, (B, vocab_size, T)
     torch.testing.assert_close(loss, F.cross_entropy(logits.transpose(1, 2), y))
 
 
@@ -41,20 +41,24 @@ def test_no_targets_gives_no_loss_and_the_same_logits() -> None:
 
 
 def test_a_zero_table_predicts_uniformly() -> None:
-    V = 65
-    model = BigramLanguageModel(V)
+    vocab_size = 65
+    model = BigramLanguageModel(vocab_size)
     with torch.no_grad():
         model.token_embedding_table.weight.zero_()
-    _, loss = model(ids((3, 8), V, 0), ids((3, 8), V, 1))
-    torch.testing.assert_close(loss, torch.tensor(math.log(V)))
+    _, loss = model(ids((3, 8), vocab_size, 0), ids((3, 8), vocab_size, 1))
+    torch.testing.assert_close(loss, torch.tensor(math.log(vocab_size)))
 
 
 def test_a_table_of_log_probabilities_scores_the_count_cross_entropy() -> None:
-    V = 6
-    data = ids((5000,), V, 0)
-    counts = torch.bincount(data[:-1] * V + data[1:], minlength=V * V).view(V, V).float()
+    vocab_size = 6
+    data = ids((5000,), vocab_size, 0)
+    counts = (
+        torch.bincount(data[:-1] * vocab_size + data[1:], minlength=vocab_size * vocab_size)
+        .view(vocab_size, vocab_size)
+        .float()
+    )
     probs = counts / counts.sum(1, keepdim=True)
-    model = BigramLanguageModel(V)
+    model = BigramLanguageModel(vocab_size)
     with torch.no_grad():
         model.token_embedding_table.weight.copy_(probs.log())
     _, loss = model(data[None, :-1], data[None, 1:])
@@ -65,12 +69,16 @@ def test_a_table_of_log_probabilities_scores_the_count_cross_entropy() -> None:
 @pytest.mark.parametrize("seed", [0, 1])
 def test_overfits_a_batch_down_to_its_conditional_entropy(seed: int) -> None:
     _ = torch.manual_seed(seed)
-    V = 8
-    model = BigramLanguageModel(V)
-    x = ids((4, 16), V, seed)
-    y = ids((4, 16), V, seed + 10)
+    vocab_size = 8
+    model = BigramLanguageModel(vocab_size)
+    x = ids((4, 16), vocab_size, seed)
+    y = ids((4, 16), vocab_size, seed + 10)
     # the best any bigram table can do on this batch: the entropy of y given x, from counts
-    counts = torch.bincount((x * V + y).flatten(), minlength=V * V).view(V, V).float()
+    counts = (
+        torch.bincount((x * vocab_size + y).flatten(), minlength=vocab_size * vocab_size)
+        .view(vocab_size, vocab_size)
+        .float()
+    )
     rows = counts.sum(1, keepdim=True).clamp(min=1)
     floor = -(counts * (counts / rows).clamp(min=1e-12).log()).sum() / counts.sum()
     opt = torch.optim.Adam(model.parameters(), lr=0.1)
@@ -101,13 +109,13 @@ def test_a_deterministic_batch_is_learned_exactly() -> None:
 
 def test_generate_shape_range_prefix_and_determinism() -> None:
     _ = torch.manual_seed(0)
-    V = 11
-    model = BigramLanguageModel(V)
-    start = ids((3, 4), V, 0)
+    vocab_size = 11
+    model = BigramLanguageModel(vocab_size)
+    start = ids((3, 4), vocab_size, 0)
     out = model.generate(start, 20, generator=torch.Generator().manual_seed(1))
     assert out.shape == (3, 24) and out.dtype == torch.int64
     assert torch.equal(out[:, :4], start)
-    assert 0 <= out.min() and out.max() < V
+    assert 0 <= out.min() and out.max() < vocab_size
     again = model.generate(start, 20, generator=torch.Generator().manual_seed(1))
     other = model.generate(start, 20, generator=torch.Generator().manual_seed(2))
     assert torch.equal(out, again) and not torch.equal(out, other)
@@ -124,12 +132,12 @@ def test_generate_depends_only_on_the_last_token() -> None:
 
 
 def test_generate_follows_a_deterministic_table() -> None:
-    V = 5
-    model = BigramLanguageModel(V)
+    vocab_size = 5
+    model = BigramLanguageModel(vocab_size)
     nxt = torch.tensor([2, 0, 4, 1, 3])  # a cycle 0 -> 2 -> 4 -> 3 -> 1 -> 0
     with torch.no_grad():
         model.token_embedding_table.weight.fill_(-1e4)
-        model.token_embedding_table.weight[torch.arange(V), nxt] = 0.0
+        model.token_embedding_table.weight[torch.arange(vocab_size), nxt] = 0.0
     out = model.generate(torch.tensor([[0]]), 10, generator=torch.Generator().manual_seed(0))
     assert out[0].tolist() == [0, 2, 4, 3, 1, 0, 2, 4, 3, 1, 0]
 
