@@ -57,12 +57,12 @@ chromium:
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium; }
 
 lint: install
-	$(BIN)/ruff check helpers tests bench diagrams conftest.py
-	$(BIN)/ruff format --check helpers tests bench diagrams conftest.py
+	$(BIN)/ruff check helpers tests bench diagrams tools conftest.py
+	$(BIN)/ruff format --check helpers tests bench diagrams tools conftest.py
 
 format: install
-	$(BIN)/ruff format helpers tests bench diagrams conftest.py
-	$(BIN)/ruff check --fix helpers tests bench diagrams conftest.py
+	$(BIN)/ruff format helpers tests bench diagrams tools conftest.py
+	$(BIN)/ruff check --fix helpers tests bench diagrams tools conftest.py
 
 # Everything, in one pytest run (CI's command): lint first, then the unit tests, the strict
 # build and browser checks, and nbval over every notebook. The GPT chapter (book/part2/gpt.ipynb)
