@@ -118,7 +118,9 @@ def check_page(browser, path: Path) -> tuple[list[str], bool]:
         "() => [...document.querySelectorAll('.search-button-field, form.bd-search')]"
         ".filter(e => e.offsetParent !== null).length"
     )
-    if search_boxes > 1:  # a theme release that does not match Jupyter Book 1.0 draws two
+    # A theme release that does not match Jupyter Book 1.0 draws two (the search page itself
+    # has its own search form besides the sidebar's).
+    if search_boxes > (2 if path.name == "search.html" else 1):
         problems.append(f"{name}: {search_boxes} visible search boxes")
 
     broken_images = page.evaluate(
