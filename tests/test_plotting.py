@@ -97,3 +97,27 @@ def test_wrong_number_of_key_labels_raises() -> None:
 def test_wrong_number_of_query_labels_raises() -> None:
     with pytest.raises(ValueError, match=r"got 1 query labels and 4 key labels for a 2 x 4 matrix"):
         plot_attention(np.zeros((2, 4)), list("abcd"), ["x"])
+
+
+def test_side_by_side_panels_map_equal_weights_to_equal_colours() -> None:
+    # A peaked and a flat matrix: per-panel scaling would draw the flat panel's 0.25 as dark as
+    # the peaked panel's 1.0. On the fixed 0-1 scale equal values get equal colours.
+    peaked = torch.tensor([[1.0, 0.0], [0.25, 0.75]])
+    flat = torch.tensor([[0.25, 0.25], [0.25, 0.25]])
+    fig, (ax1, ax2) = plt.subplots(1, 2)
+    plot_attention(peaked, ax=ax1, colorbar=False)
+    plot_attention(flat, ax=ax2, colorbar=False)
+    im1, im2 = ax1.images[0], ax2.images[0]
+    assert im1.get_clim() == im2.get_clim() == (0.0, 1.0)
+    quarter_1 = im1.to_rgba(im1.get_array())[1, 0]
+    quarter_2 = im2.to_rgba(im2.get_array())[0, 0]
+    np.testing.assert_allclose(quarter_1, quarter_2)
+    assert not np.allclose(im2.to_rgba(im2.get_array())[0, 0], im1.to_rgba(im1.get_array())[0, 0])
+    plt.close(fig)
+
+
+def test_vmax_none_scales_to_the_matrix_maximum() -> None:
+    scores = torch.tensor([[2.0, 4.0], [1.0, 3.0]])
+    ax = plot_attention(scores, vmax=None)
+    assert ax.images[0].get_clim() == (0.0, 4.0)
+    plt.close(ax.figure)
