@@ -228,14 +228,7 @@ class GPT(nn.Module):
         check_non_negative_int("max_new_tokens", max_new_tokens)
         if idx.shape[1] == 0:
             raise ValueError("idx must hold at least one token to continue from, got T=0")
-        if temperature <= 0:
-            raise ValueError(f"temperature must be positive, got {temperature}")
-        if top_k is not None and (
-            isinstance(top_k, bool)
-            or not isinstance(top_k, int)
-            or not 1 <= top_k <= self.config.vocab_size
-        ):
-            raise ValueError(f"top_k must be in 1..{self.config.vocab_size}, got {top_k}")
+        check_sampling(temperature, top_k, self.config.vocab_size)
         was_training = self.training
         self.eval()
         block_size = self.config.block_size
@@ -247,15 +240,37 @@ class GPT(nn.Module):
                 context = idx[:, -block_size:]
                 caches = [KVCache() for _ in self.blocks] if use_cache else None
                 logits, _ = self(context, kv_caches=caches)
-            logits = logits[:, -1, :] / temperature
-            if top_k is not None:
-                kth = torch.topk(logits, top_k).values[:, -1, None]
-                logits = logits.masked_fill(logits < kth, float("-inf"))
-            probs = F.softmax(logits, dim=-1)
-            next_id = torch.multinomial(probs, num_samples=1, generator=generator)
+            next_id = sample_next(logits[:, -1, :], temperature, top_k, generator)
             idx = torch.cat([idx, next_id], dim=1)
         self.train(was_training)
         return idx
+
+
+def check_sampling(temperature: float, top_k: int | None, vocab_size: int) -> None:
+    """Raise ``ValueError`` unless ``temperature > 0`` and ``top_k`` is None or in
+    ``1..vocab_size`` (shared by every model's ``generate``)."""
+    if temperature <= 0:
+        raise ValueError(f"temperature must be positive, got {temperature}")
+    if top_k is not None and (
+        isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= vocab_size
+    ):
+        raise ValueError(f"top_k must be in 1..{vocab_size}, got {top_k}")
+
+
+def sample_next(
+    logits: torch.Tensor,
+    temperature: float,
+    top_k: int | None,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Sample one token id per row from ``(B, vocab_size)`` logits: divide by ``temperature``,
+    keep the ``top_k`` largest (all if None), softmax, draw. Returns ``(B, 1)`` ids."""
+    logits = logits / temperature
+    if top_k is not None:
+        kth = torch.topk(logits, top_k).values[:, -1, None]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = F.softmax(logits, dim=-1)
+    return torch.multinomial(probs, num_samples=1, generator=generator)
 
 
 def save_checkpoint(path: str | Path, model: GPT, tokenizer: CharTokenizer) -> None:

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from helpers.model import GPTConfig
+from helpers.model import GPTConfig, check_sampling, sample_next
 from helpers.multihead import KVCache
 from helpers.norms import RMSNorm, make_norm
 from helpers.positional import LearnedPositionalEmbedding
@@ -336,10 +336,7 @@ class ModernGPT(nn.Module):
         ``block_size`` and a cache is rebuilt whenever the window slides (as ``GPT.generate``).
         """
         max_new_tokens = check_non_negative_int("max_new_tokens", max_new_tokens)
-        if temperature <= 0:
-            raise ValueError(f"temperature must be positive, got {temperature}")
-        if top_k is not None and not 1 <= top_k <= self.config.vocab_size:
-            raise ValueError(f"top_k must be in 1..{self.config.vocab_size}, got {top_k}")
+        check_sampling(temperature, top_k, self.config.vocab_size)
         was_training = self.training
         self.eval()
         rope = self.config.pos == "rope"
@@ -355,11 +352,7 @@ class ModernGPT(nn.Module):
                     for cache in caches:  # positions continue from where the window starts
                         cache.seen = idx.shape[1] - window.shape[1] if rope else 0
                 logits, _ = self(window, kv_caches=caches)
-            logits = logits[:, -1, :] / temperature
-            if top_k is not None:
-                kth = torch.topk(logits, top_k).values[:, -1, None]
-                logits = logits.masked_fill(logits < kth, float("-inf"))
-            next_id = torch.multinomial(F.softmax(logits, dim=-1), 1, generator=generator)
+            next_id = sample_next(logits[:, -1, :], temperature, top_k, generator)
             idx = torch.cat([idx, next_id], dim=1)
         self.train(was_training)
         return idx
