@@ -1,0 +1,34 @@
+"""Checkers for the exercises where the reader writes a function and the book checks it.
+
+Used by the exercises of every chapter: ``from helpers.checking import check_...``. The shared
+machinery (the report, the runner, formatting) is in ``_core``; each chapter's checker is in a
+module of its own, named after the chapter's notebook. A new checker is one module here plus one
+import line and one ``__all__`` entry below.
+"""
+
+from helpers.checking._core import NOT_IMPLEMENTED_MESSAGE, CheckResult
+from helpers.checking.averaging import check_running_average
+from helpers.checking.bigram import check_get_batch
+from helpers.checking.causal_masking import check_causal_softmax
+from helpers.checking.cost_and_generation import check_cached_attention
+from helpers.checking.gpt import check_block_forward
+from helpers.checking.modern import check_rope
+from helpers.checking.multihead_cross import check_split_heads
+from helpers.checking.positional_encoding import check_sinusoidal_encoding
+from helpers.checking.queries_keys_values import check_causal_attention
+from helpers.checking.scaling_softmax import check_scaled_scores
+
+__all__ = [
+    "NOT_IMPLEMENTED_MESSAGE",
+    "CheckResult",
+    "check_block_forward",
+    "check_cached_attention",
+    "check_causal_attention",
+    "check_causal_softmax",
+    "check_get_batch",
+    "check_rope",
+    "check_running_average",
+    "check_scaled_scores",
+    "check_sinusoidal_encoding",
+    "check_split_heads",
+]

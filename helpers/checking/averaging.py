@@ -1,0 +1,109 @@
+"""The exercise checker of chapter 1: the running average (``check_running_average``).
+
+Defined in chapter 1, "The averaging trick".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from helpers.checking._core import (
+    CheckResult,
+    _differ,
+    _expect_close,
+    _Mismatch,
+    _Property,
+    _randn,
+    _run,
+    _Session,
+    _shape,
+    _tensor_out,
+)
+
+
+def _running_mean(x: torch.Tensor) -> torch.Tensor:
+    counts = torch.arange(1, x.shape[1] + 1, dtype=torch.float64)[None, :, None]
+    return (x.double().cumsum(dim=1) / counts).to(x.dtype)
+
+
+def check_running_average(fn: Callable[[torch.Tensor], torch.Tensor]) -> CheckResult:
+    """Check the reader's running average (chapter 1, "The averaging trick").
+
+    The reader writes ``fn(x)``: ``x`` is a ``(B, T, C)`` float tensor; it returns a ``(B, T, C)``
+    tensor whose row ``t`` is the mean of ``x[:, :t+1]`` (tokens ``0..t`` of each sequence).
+
+    Properties: the output has the input's shape; row ``t`` does not change when tokens after
+    ``t`` change; the sequences of a batch are averaged independently; a constant sequence comes
+    back unchanged; row ``t`` equals the mean of tokens ``0..t``.
+    """
+    cases = [((2, 5, 3), 1), ((1, 1, 4), 2), ((3, 8, 1), 3), ((4, 16, 8), 4)]
+
+    def shape(s: _Session) -> None:
+        for size, seed in cases:
+            x = _randn(*size, seed=seed)
+            out = s.call(fn, x, input=f"x of shape {_shape(size)}, seed {seed}")
+            _tensor_out(out, size)
+
+    def causal(s: _Session) -> None:
+        x = _randn(2, 6, 3, seed=11)
+        out = _tensor_out(s.call(fn, x, input="x of shape (2, 6, 3), seed 11"), x.shape)
+        for t in (0, 2, 4):
+            changed = x.clone()
+            changed[:, t + 1 :] = _randn(2, 5 - t, 3, seed=100 + t, scale=5.0)
+            what = f"x of shape (2, 6, 3), seed 11, with the tokens after t = {t} changed"
+            out2 = _tensor_out(s.call(fn, changed, input=what), x.shape)
+            problem = _differ(out2[:, : t + 1], out[:, : t + 1])
+            if problem is not None:
+                rows = "row 0" if t == 0 else f"rows 0..{t}"
+                raise _Mismatch(f"{rows} the same as before the change", f"in {rows}: {problem}")
+
+    def batch(s: _Session) -> None:
+        x = _randn(3, 5, 2, seed=12)
+        out = _tensor_out(s.call(fn, x, input="x of shape (3, 5, 2), seed 12"), x.shape)
+        changed = x.clone()
+        changed[1] = _randn(5, 2, seed=13, scale=5.0)
+        what = "x of shape (3, 5, 2), seed 12, with sequence 1 changed"
+        out2 = _tensor_out(s.call(fn, changed, input=what), x.shape)
+        for b in (0, 2):
+            problem = _differ(out2[b], out[b])
+            if problem is not None:
+                raise _Mismatch(f"sequence {b} the same as before", f"in sequence {b}: {problem}")
+
+    def constant(s: _Session) -> None:
+        for T in (1, 7):
+            x = _randn(2, 1, 3, seed=14).expand(2, T, 3).contiguous()
+            what = f"a constant sequence: x of shape (2, {T}, 3), every token the same (seed 14)"
+            out = _tensor_out(s.call(fn, x, input=what), x.shape)
+            _expect_close(out, x, "every row equal to that token")
+
+    def mean(s: _Session) -> None:
+        for size, seed in [*cases, ((2, 9, 5), 15)]:
+            x = _randn(*size, seed=seed, scale=3.0)
+            out = s.call(fn, x, input=f"x of shape {_shape(size)}, seed {seed}")
+            _expect_close(_tensor_out(out, size), _running_mean(x), "the running mean")
+
+    divide_hint = "Divide the sum of tokens 0..t by t + 1, the number of tokens it adds up."
+    return _run(
+        "check_running_average",
+        [
+            _Property("shape", "output shape (B, T, C)", "Return one tensor shaped like x.", shape),
+            _Property(
+                "causal",
+                "row t ignores the tokens after t",
+                "Row t may only use x[:, :t+1]; a mean over all T tokens sees the future.",
+                causal,
+            ),
+            _Property(
+                "batch",
+                "each sequence averaged on its own",
+                "Average along the time dimension (dim=1), never across the batch (dim=0).",
+                batch,
+            ),
+            _Property(
+                "constant", "a constant sequence comes back unchanged", divide_hint, constant
+            ),
+            _Property("mean", "row t is the mean of tokens 0..t", divide_hint, mean),
+        ],
+    )

@@ -1,0 +1,193 @@
+"""The exercise checker of chapter 7: sampling a batch (``check_get_batch``).
+
+Defined in chapter 7, "Tiny Shakespeare and a bigram model".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from helpers.checking._core import (
+    CheckResult,
+    _Mismatch,
+    _nums,
+    _Property,
+    _run,
+    _Session,
+    _shape,
+)
+
+
+def check_get_batch(fn: Callable[..., tuple[torch.Tensor, torch.Tensor]]) -> CheckResult:
+    """Check the reader's batch sampler (chapter 7, "Tiny Shakespeare and a bigram model").
+
+    The reader writes ``fn(data, block_size, batch_size, generator)``: ``data`` is a 1-D tensor of
+    token ids and ``generator`` a ``torch.Generator``; it returns ``(x, y)``, both
+    ``(batch_size, block_size)`` with the dtype of ``data``: each row of ``x`` is a window of
+    ``block_size`` consecutive tokens starting at a random position drawn with ``generator``, and
+    ``y`` holds the next token for each of them (the same window, one position later in the data).
+
+    Properties: shapes and dtype; every window, targets included, lies inside the data; ``y`` is
+    the window shifted by one in the data; the same generator seed gives the same batch (whatever
+    the global random state); window starts cover every valid position, first and last included.
+    The check's data are distinct token ids, so each window's start can be located in the data.
+    """
+
+    def data_of(n: int, seed: int) -> torch.Tensor:
+        return torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+
+    def call(
+        s: _Session, data: torch.Tensor, block: int, batch: int, seed: int, what: str = ""
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        text = what or (
+            f"data of {len(data)} tokens, block_size = {block}, batch_size = {batch}, "
+            f"generator seeded with {seed}"
+        )
+        g = torch.Generator().manual_seed(seed)
+        out = s.call(fn, data, block, batch, generator=g, input=text)
+        if not isinstance(out, tuple | list) or len(out) != 2:
+            got = f"a {type(out).__name__}"
+            if isinstance(out, tuple | list):
+                got += f" of {len(out)} items"
+            raise _Mismatch("a pair (x, y)", got, "Return x, y.")
+        for name, t in zip("xy", out, strict=True):
+            if not isinstance(t, torch.Tensor):
+                raise _Mismatch(f"{name}: a tensor", f"a {type(t).__name__}", "Return tensors.")
+            if tuple(t.shape) != (batch, block):
+                raise _Mismatch(
+                    f"{name} of shape {_shape((batch, block))} (batch_size, block_size)",
+                    f"shape {_shape(t.shape)}",
+                )
+            if t.dtype != data.dtype:
+                raise _Mismatch(f"{name} of dtype {data.dtype} (token ids)", f"dtype {t.dtype}")
+        return out[0], out[1]
+
+    def starts(data: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        position = torch.empty_like(data)
+        position[data] = torch.arange(len(data))
+        return position[x[:, 0]]
+
+    def shape(s: _Session) -> None:
+        for n, block, batch, seed in ((1000, 8, 4, 1), (1000, 1, 1, 2), (500, 16, 3, 3)):
+            call(s, data_of(n, seed), block, batch, seed)
+
+    def inside(s: _Session) -> None:
+        block = 6
+        for n, seed in ((block + 3, 4), (block + 4, 5), (200, 6)):
+            data = data_of(n, seed)
+            x, y = call(s, data, block, 64, seed)
+            x0 = starts(data, x)
+            for b in range(64):
+                first = int(x0[b])
+                if not torch.equal(x[b], data[first : first + block]):
+                    raise _Mismatch(
+                        f"each row of x a stretch data[s : s + {block}] of the data",
+                        f"row {b} of x is {_nums(x[b], block)}: it starts like data[{first}:] "
+                        f"but data[{first}:{first + block}] is {_nums(data[first:], block)}",
+                        "Each row of x is block_size consecutive tokens: data[s : s + block_size].",
+                    )
+                if first + block > n - 1:
+                    raise _Mismatch(
+                        f"every window start s <= {n - block - 1} (len(data) - block_size - 1), "
+                        f"so that the target of its last token, data[s + {block}], exists",
+                        f"row {b} of x starts at data[{first}]: its last target would be "
+                        f"data[{first + block}], past the end of the {n} tokens",
+                    )
+
+    def shifted(s: _Session) -> None:
+        for n, block, batch, seed in ((1000, 8, 4, 7), (300, 16, 8, 8)):
+            data = data_of(n, seed)
+            x, y = call(s, data, block, batch, seed)
+            x0 = starts(data, x)
+            for b in range(batch):
+                first = int(x0[b])
+                want = data[first + 1 : first + block + 1]
+                if not torch.equal(y[b], want):
+                    t = int((y[b] != want).nonzero()[0, 0])
+                    raise _Mismatch(
+                        f"y[{b}, {t}] = data[{first + 1 + t}] = {int(want[t])}, the token after "
+                        f"x[{b}, {t}] = data[{first + t}] (row {b} of x starts at data[{first}])",
+                        f"y[{b}, {t}] = {int(y[b, t])}; row {b} of y is {_nums(y[b], 5)}",
+                    )
+
+    def reproducible(s: _Session) -> None:
+        data = data_of(1000, 9)
+        batches = []
+        for global_seed in (1, 2):
+            torch.manual_seed(global_seed)
+            what = (
+                "data of 1000 tokens, block_size = 8, batch_size = 4, a generator seeded with 9, "
+                f"global seed {global_seed}"
+            )
+            batches.append(call(s, data, 8, 4, 9, what))
+        torch.manual_seed(0)
+        for name, a, b in zip("xy", batches[0], batches[1], strict=True):
+            if not torch.equal(a, b):
+                raise _Mismatch(
+                    f"the same {name} from two generators seeded alike",
+                    f"{_nums(a[0], 5)} the first time, {_nums(b[0], 5)} the second (row 0)",
+                )
+
+    def spread(s: _Session) -> None:
+        block = 6
+        for n in (block + 3, block + 2, 1000):
+            data = data_of(n, 10)
+            x, _ = call(s, data, block, 256, 10)
+            seen = starts(data, x)
+            last = n - block - 1
+            if n < 100:
+                missing = sorted(set(range(last + 1)) - set(seen.tolist()))
+                if missing:
+                    raise _Mismatch(
+                        f"every start 0..{last} drawn at least once in 256 windows",
+                        f"start {missing[0]} never drawn (starts drawn: "
+                        f"{sorted(set(seen.tolist()))})",
+                    )
+            elif seen.min() > 50 or seen.max() < last - 50:
+                raise _Mismatch(
+                    f"starts spread over 0..{last} (the smallest below 50, the largest above "
+                    f"{last - 50})",
+                    f"starts from {int(seen.min())} to {int(seen.max())}",
+                )
+
+    range_hint = (
+        "Draw the starts with torch.randint(len(data) - block_size, (batch_size,), "
+        "generator=generator): s + block_size must still be a position in the data."
+    )
+    return _run(
+        "check_get_batch",
+        [
+            _Property(
+                "shape",
+                "x and y are (batch_size, block_size) token ids",
+                "Stack the windows: torch.stack([data[s : s + block_size] for s in starts]).",
+                shape,
+            ),
+            _Property(
+                "inside",
+                "every window, with its targets, lies inside the data",
+                range_hint,
+                inside,
+            ),
+            _Property(
+                "shifted",
+                "y is x shifted by one position in the data",
+                "y[b] = data[s + 1 : s + block_size + 1]: every target is the next token.",
+                shifted,
+            ),
+            _Property(
+                "reproducible",
+                "the same generator seed gives the same batch",
+                "Pass generator=generator to torch.randint, so the global random state is unused.",
+                reproducible,
+            ),
+            _Property(
+                "spread",
+                "starts cover every valid position, the last one included",
+                range_hint,
+                spread,
+            ),
+        ],
+    )

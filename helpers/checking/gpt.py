@@ -1,0 +1,142 @@
+"""The exercise checker of chapter 8: a transformer block's forward pass (``check_block_forward``).
+
+Defined in chapter 8, "Building and training a GPT".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from helpers.checking._core import (
+    CheckResult,
+    _expect_close,
+    _Mismatch,
+    _nums,
+    _Property,
+    _randn,
+    _run,
+    _Session,
+    _shape,
+    _tensor_out,
+)
+
+
+def check_block_forward(fn: Callable[[Any, torch.Tensor], torch.Tensor]) -> CheckResult:
+    """Check the reader's transformer block (chapter 8, "Building and training a GPT").
+
+    The reader writes ``fn(block, x)``: ``block`` is a ``helpers.model.Block`` (use its ``ln_1``,
+    ``attn``, ``ln_2`` and ``mlp``) and ``x`` a ``(B, T, C)`` tensor; it returns the ``(B, T, C)``
+    output of the pre-LN block: ``x + attn(ln_1(x))``, then that plus ``mlp(ln_2(...))`` of it.
+
+    Properties: the output has shape ``(B, T, C)``; with both branches switched off (their output
+    projections zeroed) the input still reaches the output (residual connections); the residual
+    stream itself is not normalised, so with both branches off the block returns ``x`` exactly
+    (pre-LN, not post-LN); the output equals ``Block.forward`` with the same weights over several
+    seeds, with and without biases.
+    """
+    from helpers.model import Block, GPTConfig
+
+    configs = [(16, 2, False), (12, 3, True)]  # (n_embd, n_head, bias)
+    sizes = [(2, 5), (1, 1), (3, 8)]  # (B, T)
+
+    def make_block(n_embd: int, n_head: int, bias: bool, seed: int) -> Block:
+        torch.manual_seed(seed)
+        cfg = GPTConfig(
+            vocab_size=8, block_size=16, n_layer=1, n_head=n_head, n_embd=n_embd, bias=bias
+        )
+        block = Block(cfg).eval()
+        g = torch.Generator().manual_seed(seed)
+        for ln in (block.ln_1, block.ln_2):  # LayerNorm weights that are not all ones
+            ln.weight.copy_(1 + 0.3 * torch.randn(ln.weight.shape, generator=g))
+            if ln.bias is not None:
+                ln.bias.copy_(0.2 * torch.randn(ln.bias.shape, generator=g))
+        return block
+
+    def branches_off(block: Block) -> Block:
+        for proj in (block.attn.c_proj, block.mlp.c_proj):
+            proj.weight.zero_()
+            if proj.bias is not None:
+                proj.bias.zero_()
+        for ln in (block.ln_1, block.ln_2):
+            ln.weight.fill_(1.0)
+            if ln.bias is not None:
+                ln.bias.zero_()
+        return block
+
+    def describe(cfg: tuple[int, int, bool], B: int, T: int, seed: int, extra: str = "") -> str:
+        n_embd, n_head, bias = cfg
+        return (
+            f"a Block with n_embd = {n_embd}, n_head = {n_head}, bias = {bias}{extra}; "
+            f"x of shape {_shape((B, T, n_embd))}, seed {seed}"
+        )
+
+    def shape(s: _Session) -> None:
+        for seed, (cfg, (B, T)) in enumerate(((c, z) for c in configs for z in sizes), start=1):
+            block = make_block(*cfg, seed)
+            x = _randn(B, T, cfg[0], seed=seed)
+            _tensor_out(s.call(fn, block, x, input=describe(cfg, B, T, seed)), x.shape)
+
+    off = " whose attention and MLP output projections are zero and LayerNorms plain"
+
+    def residual(s: _Session) -> None:
+        for seed, cfg in enumerate(configs, start=10):
+            block = branches_off(make_block(*cfg, seed))
+            x = _randn(2, 5, cfg[0], seed=seed, scale=2.0) + 1.0
+            out = _tensor_out(s.call(fn, block, x, input=describe(cfg, 2, 5, seed, off)), x.shape)
+            norm = F.layer_norm(out.double(), out.shape[-1:])
+            ok = torch.isclose(norm, F.layer_norm(x.double(), x.shape[-1:]), atol=1e-4).all(-1)
+            if not ok.all():
+                b, t = (int(i) for i in (~ok).nonzero()[0])
+                raise _Mismatch(
+                    "x itself comes out (up to a LayerNorm): both branches add 0 to it",
+                    f"token {t} of sequence {b} comes out as {_nums(out[b, t])} where x is "
+                    f"{_nums(x[b, t])}, and not as a normalised copy of it either",
+                )
+
+    def pre_ln(s: _Session) -> None:
+        for seed, cfg in enumerate(configs, start=20):
+            block = branches_off(make_block(*cfg, seed))
+            x = _randn(2, 5, cfg[0], seed=seed, scale=2.0) + 1.0
+            out = _tensor_out(s.call(fn, block, x, input=describe(cfg, 2, 5, seed, off)), x.shape)
+            _expect_close(out, x, "x unchanged: the residual stream is never normalised")
+
+    def matches(s: _Session) -> None:
+        for seed, (cfg, (B, T)) in enumerate(((c, z) for c in configs for z in sizes), start=30):
+            block = make_block(*cfg, seed)
+            x = _randn(B, T, cfg[0], seed=seed)
+            out = _tensor_out(s.call(fn, block, x, input=describe(cfg, B, T, seed)), x.shape)
+            _expect_close(out, block(x), "block(x), the Block's own forward", atol=1e-5)
+
+    return _run(
+        "check_block_forward",
+        [
+            _Property(
+                "shape",
+                "output shape (B, T, C)",
+                "Return the residual stream x after both branches, shaped like x.",
+                shape,
+            ),
+            _Property(
+                "residual",
+                "residual connections: x reaches the output when both branches are off",
+                "Add each branch to its input: x = x + block.attn(...); x = x + block.mlp(...).",
+                residual,
+            ),
+            _Property(
+                "pre_ln",
+                "pre-LN: the residual stream is never normalised",
+                "Normalise only the branch inputs: x + attn(ln_1(x)), not ln_1(x + attn(x)).",
+                pre_ln,
+            ),
+            _Property(
+                "matches_block",
+                "equals Block.forward with the same weights",
+                "x = x + block.attn(block.ln_1(x)); x = x + block.mlp(block.ln_2(x)); return x.",
+                matches,
+            ),
+        ],
+    )

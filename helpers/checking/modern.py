@@ -1,0 +1,165 @@
+"""The exercise checker of chapter 10: rotary position embeddings (``check_rope``).
+
+Defined in chapter 10, "From GPT-2 to a modern transformer".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from helpers.checking._core import (
+    CheckResult,
+    _expect_close,
+    _nums,
+    _Property,
+    _randn,
+    _run,
+    _Session,
+    _shape,
+    _tensor_out,
+)
+
+
+def _rope_reference(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """RoPE written out in float64: pair ``(2i, 2i+1)`` turned by ``pos * 10000**(-2i/hs)``."""
+    hs = x.shape[-1]
+    freqs = 10000.0 ** (-torch.arange(0, hs, 2, dtype=torch.float64) / hs)
+    angle = positions.to(torch.float64)[:, None] * freqs  # (T, hs / 2)
+    cos, sin = angle.cos(), angle.sin()
+    even, odd = x.double()[..., 0::2], x.double()[..., 1::2]
+    return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)
+
+
+def check_rope(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> CheckResult:
+    """Check the reader's rotary position embedding (chapter 10, "From GPT-2 to a modern
+    transformer").
+
+    The reader writes ``fn(x, positions)``: ``x`` is a ``(..., T, head_size)`` tensor of queries
+    or keys and ``positions`` a ``(T,)`` integer tensor; it returns ``x`` with each pair of
+    dimensions ``(2i, 2i + 1)`` of the row at position ``pos`` rotated by the angle
+    ``pos * base ** (-2i / head_size)``, ``base = 10000``:
+    ``x'[2i] = x[2i] cos - x[2i+1] sin`` and ``x'[2i+1] = x[2i] sin + x[2i+1] cos``.
+
+    Properties: the output has ``x``'s shape; position 0 leaves a vector unchanged; every
+    vector keeps its length; each pair ``(2i, 2i + 1)`` keeps its own length (the pairs are
+    adjacent dimensions); the scores ``q . k`` after rotation depend only on the offset between
+    the positions (shifting every position by a constant changes nothing); the angles are
+    ``pos * 10000 ** (-2i / head_size)`` (compared with a reference written out in the checker).
+    """
+    g_pos = torch.Generator().manual_seed(7)
+    cases = [
+        ((5, 8), torch.arange(5), "positions 0..4"),
+        ((2, 6, 16), torch.arange(6) + 7, "positions 7..12"),
+        ((2, 3, 4, 8), torch.randint(0, 100, (4,), generator=g_pos), "random positions < 100"),
+        ((1, 2), torch.tensor([3]), "T = 1, head_size = 2, position 3"),
+    ]
+
+    def call(s: _Session, x: torch.Tensor, positions: torch.Tensor, what: str) -> torch.Tensor:
+        out = s.call(fn, x, positions, input=what)
+        return _tensor_out(out, x.shape)
+
+    def describe(size: tuple[int, ...], seed: int, where: str) -> str:
+        return f"x of shape {_shape(size)}, seed {seed}, {where}"
+
+    def shape(s: _Session) -> None:
+        for seed, (size, positions, where) in enumerate(cases, start=1):
+            call(s, _randn(*size, seed=seed), positions, describe(size, seed, where))
+
+    def identity(s: _Session) -> None:
+        for seed, size in enumerate([(5, 8), (2, 3, 16)], start=10):
+            x = _randn(*size, seed=seed)
+            positions = torch.zeros(size[-2], dtype=torch.long)
+            out = call(s, x, positions, describe(size, seed, "every position 0"))
+            _expect_close(out, x, "x unchanged (a rotation by angle 0)")
+
+    def norms(s: _Session) -> None:
+        for seed, (size, positions, where) in enumerate(cases, start=20):
+            x = _randn(*size, seed=seed)
+            out = call(s, x, positions, describe(size, seed, where))
+            _expect_close(
+                out.double().norm(dim=-1), x.double().norm(dim=-1), "the length of every vector"
+            )
+
+    def pairs(s: _Session) -> None:
+        for seed, (size, positions, where) in enumerate(cases, start=30):
+            x = _randn(*size, seed=seed)
+            out = call(s, x, positions, describe(size, seed, where))
+            pair_norm = out.double().unflatten(-1, (-1, 2)).norm(dim=-1)
+            _expect_close(
+                pair_norm,
+                x.double().unflatten(-1, (-1, 2)).norm(dim=-1),
+                "the length of every pair (x[2i], x[2i+1])",
+            )
+
+    def relative(s: _Session) -> None:
+        for seed, (T, hs, shift) in enumerate([(6, 8, 5), (4, 16, 40)], start=40):
+            x = _randn(2, T, hs, seed=seed)
+            q, k = x[0], x[1]
+            base = torch.randint(0, 20, (T,), generator=torch.Generator().manual_seed(seed))
+            scores = []
+            for offset in (0, shift):
+                where = f"positions {_nums(base + offset, 6)}"
+                qr = call(
+                    s, q, base + offset, f"q of shape {_shape(q.shape)}, seed {seed}, {where}"
+                )
+                kr = call(
+                    s, k, base + offset, f"k of shape {_shape(k.shape)}, seed {seed}, {where}"
+                )
+                scores.append(qr.double() @ kr.double().T)
+            _expect_close(
+                scores[1],
+                scores[0],
+                f"the same scores q . k when every position moves by {shift}",
+                atol=1e-4,
+            )
+
+    def reference(s: _Session) -> None:
+        for seed, (size, positions, where) in enumerate(cases, start=50):
+            x = _randn(*size, seed=seed)
+            out = call(s, x, positions, describe(size, seed, where))
+            _expect_close(
+                out,
+                _rope_reference(x, positions),
+                "pair i turned by pos * 10000**(-2i/head_size): "
+                "(x[2i] cos - x[2i+1] sin, x[2i] sin + x[2i+1] cos)",
+                atol=1e-5,
+            )
+
+    return _run(
+        "check_rope",
+        [
+            _Property("shape", "output shaped like x", "Return one tensor shaped like x.", shape),
+            _Property(
+                "identity",
+                "position 0 is the identity",
+                "Rotate, do not add: the angle is pos * frequency, and at pos 0 nothing turns.",
+                identity,
+            ),
+            _Property(
+                "norms",
+                "every vector keeps its length",
+                "Use cos and sin of the same angle for both dimensions of a pair (a rotation).",
+                norms,
+            ),
+            _Property(
+                "pairs",
+                "each pair (2i, 2i+1) keeps its length",
+                "Pair adjacent dimensions: x[..., 0::2] with x[..., 1::2] (not the two halves).",
+                pairs,
+            ),
+            _Property(
+                "relative",
+                "scores q . k depend only on the offset between positions",
+                "Rotate q and k by angles proportional to their positions, the same frequencies.",
+                relative,
+            ),
+            _Property(
+                "reference",
+                "pair i turns by pos * 10000**(-2i/head_size)",
+                "Frequencies base**(-2i/head_size) with base 10000, i = 0 .. head_size/2 - 1.",
+                reference,
+            ),
+        ],
+    )
