@@ -123,7 +123,7 @@ def draw() -> Figure:
         ax,
         xd + 2 * 0.42,
         stop + 0.45,
-        f"scores ω{t}j = q{t}·kj / √head_size",
+        f"ω{t}j / √head_size   (scores ω{t}j = q{t}·kj)",
         size=8.5,
         weight="bold",
     )

@@ -1,4 +1,4 @@
-"""Figure 1.1: the averaging trick as one matrix product, ``out = wei @ x``."""
+"""Figure 1.1: the averaging trick as one matrix product, ``out = weights @ x``."""
 
 from __future__ import annotations
 
@@ -6,10 +6,9 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from diagrams.style import INK, MUTED, canvas, grid, text, tint
+from diagrams.style import INK, MUTED, TOKEN_COLORS, canvas, grid, text, tint
 
 T, C = 4, 3
-TOKEN_COLORS = ["#E69F00", "#56B4E9", "#CC79A7", "#F0E442"]  # one colour per token (Okabe-Ito)
 ROW = 2  # the highlighted row
 
 
@@ -18,19 +17,19 @@ def draw() -> Figure:
     cell = 0.42
     top = 2.55
 
-    # wei: row t holds 1/(t+1) in columns 0..t, zeros above the diagonal.
-    wei = np.tril(np.ones((T, T))) / np.arange(1, T + 1)[:, None]
+    # weights: row t holds 1/(t+1) in columns 0..t, zeros above the diagonal.
+    weights = np.tril(np.ones((T, T))) / np.arange(1, T + 1)[:, None]
     frac = [
-        [("1" if t == 0 else f"1/{t + 1}") if j <= t else "0" for j in range(T)] for t in range(T)
+        [("1" if t == 0 else f"1/{t + 1}") if s <= t else "0" for s in range(T)] for t in range(T)
     ]
     x0 = 0.75
-    w, h = grid(ax, x0, top, wei, cell=cell, labels=frac, size=9)
-    text(ax, x0 + w / 2, top + 0.5, "wei   (T, T)", weight="bold")
-    text(ax, x0 + w / 2, top + 0.27, "key position j", size=8, color=MUTED)
+    w, h = grid(ax, x0, top, weights, cell=cell, labels=frac, size=9)
+    text(ax, x0 + w / 2, top + 0.5, "weights   (T, T)", weight="bold")
+    text(ax, x0 + w / 2, top + 0.27, "token position s", size=8, color=MUTED)
     for t in range(T):
         text(ax, x0 - 0.15, top - (t + 0.5) * cell, f"t={t}", size=8, color=MUTED, ha="right")
-    for j in range(T):
-        text(ax, x0 + (j + 0.5) * cell, top + 0.02, str(j), size=7, color=MUTED, va="bottom")
+    for s in range(T):
+        text(ax, x0 + (s + 0.5) * cell, top + 0.02, str(s), size=7, color=MUTED, va="bottom")
     ax.add_patch(
         Rectangle((x0, top - (ROW + 1) * cell), w, cell, fill=False, edgecolor=INK, lw=2.4)
     )
@@ -57,7 +56,7 @@ def draw() -> Figure:
     rgb = np.array([tint(c, 0.55) for c in TOKEN_COLORS])
     mixed = [[tuple(rgb[: t + 1].mean(axis=0))] * C for t in range(T)]
     wo, _ = grid(ax, x2, top, colors=mixed, cell=cell)
-    text(ax, x2 + wo / 2, top + 0.5, "out = wei @ x   (T, C)", weight="bold")
+    text(ax, x2 + wo / 2, top + 0.5, "out = weights @ x   (T, C)", weight="bold")
     ax.add_patch(
         Rectangle((x2, top - (ROW + 1) * cell), wo, cell, fill=False, edgecolor=INK, lw=2.4)
     )
@@ -77,7 +76,7 @@ def draw() -> Figure:
         ax,
         4.3,
         0.45,
-        "Row t of wei puts weight 1/(t+1) on tokens 0..t and 0 on the future, so row t of the "
+        "Row t of weights puts weight 1/(t+1) on tokens 0..t and 0 on the future, so row t of the "
         "product is the average of x0..xt.",
         size=9,
         color=INK,

@@ -1,7 +1,8 @@
 """The drawing primitives and visual language shared by every diagram of the book.
 
-Colours come from :mod:`helpers.plotting` (one colour each for queries, keys and values, and the
-attention colour map on a fixed 0-1 scale), so diagrams and plots speak one language. Shapes are
+Colours come from :mod:`helpers.plotting` (one colour each for queries, keys and values, the
+attention colour map on a fixed 0-1 scale, and per-head and per-token colours that are none of
+the three), so diagrams and plots speak one language. Shapes are
 named as in the book's notation table: ``B, T, C, head_size, n_head, block_size, vocab_size``.
 
 Coordinates: every diagram draws on one Matplotlib axes whose data units are inches, with the
@@ -23,15 +24,24 @@ from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle  # noqa: E402
 
-from helpers.plotting import ATTENTION_CMAP, KEY_COLOR, QUERY_COLOR, VALUE_COLOR  # noqa: E402
+from helpers.plotting import (  # noqa: E402
+    ATTENTION_CMAP,
+    HEAD_COLORS,
+    KEY_COLOR,
+    QUERY_COLOR,
+    TOKEN_COLORS,
+    VALUE_COLOR,
+)
 
 __all__ = [
     "ATTENTION_CMAP",
+    "HEAD_COLORS",
     "INK",
     "KEY_COLOR",
     "MUTED",
     "QUERY_COLOR",
     "RESIDUAL_COLOR",
+    "TOKEN_COLORS",
     "VALUE_COLOR",
     "arrow",
     "box",

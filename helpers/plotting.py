@@ -14,11 +14,19 @@ import matplotlib.pyplot as plt
 import numpy as np
 import torch
 from matplotlib.axes import Axes
+from matplotlib.colors import Colormap
 
 QUERY_COLOR = "#D55E00"  # vermillion: queries, q, W_q
 KEY_COLOR = "#0072B2"  # blue: keys, k, W_k
 VALUE_COLOR = "#009E73"  # bluish green: values, v, W_v
 ATTENTION_CMAP = "Blues"  # attention weights, always on a 0-1 scale
+
+# Categorical colours for things that are not queries, keys or values: one colour per head of a
+# multi-head layer, or per token in a diagram. None is a red, blue or green, so a head or a token
+# is never mistaken for a query, a key or a value: reddish purple and yellow (Okabe-Ito), grey
+# and wine (Paul Tol).
+HEAD_COLORS = ("#CC79A7", "#F0E442", "#999999", "#882255")
+TOKEN_COLORS = HEAD_COLORS
 
 
 def plot_attention(
@@ -29,10 +37,11 @@ def plot_attention(
     ax: Axes | None = None,
     title: str | None = None,
     annotate: bool | None = None,
-    cmap: str = ATTENTION_CMAP,
+    cmap: str | Colormap = ATTENTION_CMAP,
     colorbar: bool = True,
     vmin: float = 0.0,
     vmax: float | None = 1.0,
+    colorbar_label: str | None = None,
 ) -> Axes:
     """Draw a ``(T_q, T_k)`` attention matrix as a heatmap: rows are queries, columns keys.
 
@@ -50,6 +59,8 @@ def plot_attention(
             probabilities, so the default is the fixed scale 0-1: equal weights get equal colours
             in every panel of a figure. ``vmax=None`` scales to this matrix's maximum (only for
             matrices that are not probabilities, such as raw scores; then keep the colour bar).
+        colorbar_label: what the colour bar measures (with its unit); recommended whenever the
+            matrix is not a matrix of attention weights.
 
     Raises:
         ValueError: if ``weights`` is not 2-D or a label list has the wrong length.
@@ -103,5 +114,7 @@ def plot_attention(
                     color="white" if w[i, j] > vmin + 0.6 * (top - vmin) else "black",
                 )
     if colorbar:
-        ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+        bar = ax.figure.colorbar(image, ax=ax, fraction=0.046, pad=0.04)
+        if colorbar_label:
+            bar.set_label(colorbar_label)
     return ax

@@ -121,3 +121,23 @@ def test_vmax_none_scales_to_the_matrix_maximum() -> None:
     ax = plot_attention(scores, vmax=None)
     assert ax.images[0].get_clim() == (0.0, 4.0)
     plt.close(ax.figure)
+
+
+def test_colorbar_label_is_shown() -> None:
+    ax = plot_attention(np.eye(3), vmax=None, colorbar_label="distance")
+    assert ax.figure.axes[-1].get_ylabel() == "distance"
+    plt.close(ax.figure)
+
+
+def test_head_and_token_colours_are_far_from_the_role_colours() -> None:
+    # A head or a token drawn in a shade of the query, key or value colour would read as one.
+    from matplotlib.colors import to_rgb
+
+    from helpers.plotting import HEAD_COLORS, KEY_COLOR, QUERY_COLOR, TOKEN_COLORS, VALUE_COLOR
+
+    roles = [np.array(to_rgb(c)) for c in (QUERY_COLOR, KEY_COLOR, VALUE_COLOR)]
+    for palette in (HEAD_COLORS, TOKEN_COLORS):
+        assert len(set(palette)) == len(palette) >= 4
+        for color in palette:
+            nearest = min(np.linalg.norm(np.array(to_rgb(color)) - role) for role in roles)
+            assert nearest > 0.35, f"{color} is too close to a query/key/value colour"
