@@ -23,6 +23,7 @@ DIAGRAMS: dict[str, str] = {
     "batching": "diagrams.batching",
     "gpt_block": "diagrams.gpt_block",
     "kv_cache": "diagrams.kv_cache",
+    "flash_tiles": "diagrams.flash_tiles",
 }
 
 
