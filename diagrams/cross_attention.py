@@ -18,13 +18,13 @@ from diagrams.style import (
     text,
 )
 
-SOURCE = ["the", "cat", "sleeps", "."]  # encoder side: keys and values
-TARGET = ["le", "chat", "dort"]  # decoder side: queries
+SOURCE = ["Das", "Leben", "ist", "kurz"]  # encoder side (German): keys and values
+TARGET = ["Life", "is", "short"]  # decoder side (English): queries
 WEIGHTS = np.array(  # illustrative weights of each target token over the source tokens
     [
-        [0.82, 0.10, 0.04, 0.04],
-        [0.08, 0.84, 0.05, 0.03],
-        [0.03, 0.07, 0.80, 0.10],
+        [0.10, 0.80, 0.05, 0.05],
+        [0.04, 0.08, 0.83, 0.05],
+        [0.03, 0.05, 0.10, 0.82],
     ]
 )
 FOLLOW = 1  # the query whose lines are drawn
@@ -40,8 +40,8 @@ def draw() -> Figure:
         ax,
         0.1,
         y_dec + 0.62,
-        "decoder (target so far): queries",
-        size=8.5,
+        "decoder (English so far): queries",
+        size=10,
         ha="left",
         color=QUERY_COLOR,
         weight="bold",
@@ -50,19 +50,19 @@ def draw() -> Figure:
         ax,
         0.1,
         y_enc - 0.5,
-        "encoder output (source): keys and values",
-        size=8.5,
+        "encoder output (German): keys and values",
+        size=10,
         ha="left",
         color=KEY_COLOR,
         weight="bold",
     )
     for i, tok in enumerate(TARGET):
-        box(ax, xt[i] - 0.38, y_dec, 0.76, 0.4, tok, color=QUERY_COLOR, fill=0.15, size=9)
-        text(ax, xt[i], y_dec - 0.13, f"q{i}", size=7.5, color=QUERY_COLOR)
+        box(ax, xt[i] - 0.38, y_dec, 0.76, 0.4, tok, color=QUERY_COLOR, fill=0.15, size=10)
+        text(ax, xt[i], y_dec - 0.13, f"q{i}", size=9.5, color=QUERY_COLOR)
     for j, tok in enumerate(SOURCE):
-        box(ax, xs[j] - 0.38, y_enc - 0.2, 0.76, 0.4, tok, color=INK, fill=0.05, size=9)
-        text(ax, xs[j] - 0.16, y_enc + 0.33, f"k{j}", size=7.5, color=KEY_COLOR)
-        text(ax, xs[j] + 0.16, y_enc + 0.33, f"v{j}", size=7.5, color=VALUE_COLOR)
+        box(ax, xs[j] - 0.38, y_enc - 0.2, 0.76, 0.4, tok, color=INK, fill=0.05, size=10)
+        text(ax, xs[j] - 0.16, y_enc + 0.33, f"k{j}", size=9.5, color=KEY_COLOR)
+        text(ax, xs[j] + 0.16, y_enc + 0.33, f"v{j}", size=9.5, color=VALUE_COLOR)
     for j in range(len(SOURCE)):
         a = WEIGHTS[FOLLOW, j]
         arrow(
@@ -80,25 +80,25 @@ def draw() -> Figure:
             mx + 0.15,
             0.6 * (y_enc + 0.45) + 0.4 * (y_dec - 0.25),
             f"{a:.2f}",
-            size=7.5,
+            size=9.5,
             color=INK,
         )
 
     # The weight matrix: (T_q, T_kv), rectangular, no causal mask.
     x0, top, cell = 5.6, 2.85, 0.5
     labels = [[f"{w:.2f}" for w in row] for row in WEIGHTS]
-    grid(ax, x0, top, WEIGHTS, cell=cell, labels=labels, size=8)
+    grid(ax, x0, top, WEIGHTS, cell=cell, labels=labels, size=9.5)
     for j, tok in enumerate(SOURCE):
-        text(ax, x0 + (j + 0.5) * cell, top + 0.15, tok, size=8, color=KEY_COLOR)
+        text(ax, x0 + (j + 0.5) * cell, top + 0.15, tok, size=9.5, color=KEY_COLOR)
     for i, tok in enumerate(TARGET):
-        text(ax, x0 - 0.08, top - (i + 0.5) * cell, tok, size=8, color=QUERY_COLOR, ha="right")
-    text(ax, x0 + 2 * cell, top + 0.5, "weights (T_q, T_kv), 0 to 1", size=8.5, weight="bold")
+        text(ax, x0 - 0.08, top - (i + 0.5) * cell, tok, size=9.5, color=QUERY_COLOR, ha="right")
+    text(ax, x0 + 2 * cell, top + 0.5, "weights (T_q, T_kv), 0 to 1", size=10, weight="bold")
     text(
         ax,
         x0 + 2 * cell,
         top - 3 * cell - 0.3,
         "rectangular: 3 queries x 4 keys;\nno causal mask: the source\nis complete before decoding",
-        size=7.5,
+        size=9.5,
         color=MUTED,
     )
     text(
@@ -106,7 +106,7 @@ def draw() -> Figure:
         x0 + 2 * cell,
         0.45,
         "Illustrative weights: each target word\nattends mostly to the source word\nit translates.",
-        size=7.5,
+        size=9.5,
         color=MUTED,
     )
     return fig
