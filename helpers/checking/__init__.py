@@ -11,6 +11,7 @@ from helpers.checking.averaging import check_running_average
 from helpers.checking.bigram import check_get_batch
 from helpers.checking.causal_masking import check_causal_softmax
 from helpers.checking.cost_and_generation import check_cached_attention
+from helpers.checking.flash_attention import check_merge_partials
 from helpers.checking.gpt import check_block_forward
 from helpers.checking.modern import check_rope
 from helpers.checking.multihead_cross import check_split_heads
@@ -26,6 +27,7 @@ __all__ = [
     "check_causal_attention",
     "check_causal_softmax",
     "check_get_batch",
+    "check_merge_partials",
     "check_rope",
     "check_running_average",
     "check_scaled_scores",
