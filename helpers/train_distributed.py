@@ -1,0 +1,305 @@
+"""Train the book's GPT on one process, several processes, or several machines.
+
+Defined in chapter 11, "Training on more than one device". The same script runs unchanged
+
+- on one CPU:            ``python -m helpers.train_distributed --steps 200``
+- on two CPU processes:  ``torchrun --nproc-per-node 2 -m helpers.train_distributed``
+- on an 8-GPU machine:   ``torchrun --nproc-per-node 8 -m helpers.train_distributed --device cuda``
+
+``--mode ddp`` (the default) wraps the model in ``DistributedDataParallel``: every rank keeps the
+whole model and the gradients are averaged by an all-reduce. ``--mode fsdp`` shards parameters,
+gradients and optimiser state over the ranks with ``fully_shard`` (FSDP2). Each rank draws its
+own windows of the text (``helpers.distributed.rank_generator``), so the global batch is
+``world_size * grad_accum * batch_size`` windows. Rank 0 writes the checkpoint (``--out``, the
+format ``helpers.export.load_gpt`` reads) and a JSON report (``--report``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+
+from helpers.data import load_tinyshakespeare
+from helpers.distributed import DistEnv, init_distributed, rank_generator
+from helpers.export import export_gpt
+from helpers.model import GPT, GPTConfig
+from helpers.tokenizer import CharTokenizer
+from helpers.training import cosine_lr, estimate_loss, get_batch, make_adamw, train_val_split
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line; every default is the book's CPU recipe at a short length."""
+    d = GPTConfig()
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--mode", choices=("ddp", "fsdp"), default="ddp")
+    p.add_argument("--steps", type=int, default=200, help="optimiser steps")
+    p.add_argument("--batch-size", type=int, default=12, help="windows per rank per micro-step")
+    p.add_argument("--grad-accum", type=int, default=1, help="micro-steps per optimiser step")
+    p.add_argument("--lr", type=float, default=5e-3)
+    p.add_argument("--min-lr", type=float, default=5e-5)
+    p.add_argument("--warmup", type=int, default=100)
+    p.add_argument("--weight-decay", type=float, default=0.1)
+    p.add_argument("--grad-clip", type=float, default=1.0)
+    p.add_argument("--seed", type=int, default=1337)
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16"),
+        default="float32",
+        help="bfloat16: autocast the forward pass (weights stay float32)",
+    )
+    p.add_argument("--compile", action="store_true", help="torch.compile the model")
+    p.add_argument("--n-layer", type=int, default=d.n_layer)
+    p.add_argument("--n-head", type=int, default=d.n_head)
+    p.add_argument("--n-embd", type=int, default=d.n_embd)
+    p.add_argument("--block-size", type=int, default=d.block_size)
+    p.add_argument(
+        "--emulate-ranks",
+        type=int,
+        default=1,
+        help="one process only: draw each batch from this many ranks' generators "
+        "and concatenate them (the single-process twin of a torchrun run)",
+    )
+    p.add_argument("--eval-batches", type=int, default=20, help="batches per loss estimate")
+    p.add_argument("--out", type=Path, default=None, help="checkpoint to write (rank 0)")
+    p.add_argument("--report", type=Path, default=None, help="JSON report to write (rank 0)")
+    args = p.parse_args(argv)
+    for name in (
+        "steps",
+        "batch_size",
+        "grad_accum",
+        "eval_batches",
+        "block_size",
+        "emulate_ranks",
+    ):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be a positive integer")
+    return args
+
+
+def build_model(args: argparse.Namespace, vocab_size: int) -> GPT:
+    """The GPT every rank builds: the same seed gives every rank the same initial weights."""
+    torch.manual_seed(args.seed)
+    config = GPTConfig(
+        vocab_size=vocab_size,
+        block_size=args.block_size,
+        n_layer=args.n_layer,
+        n_head=args.n_head,
+        n_embd=args.n_embd,
+    )
+    return GPT(config)
+
+
+def wrap(model: GPT, mode: str, env: DistEnv) -> nn.Module:
+    """Wrap ``model`` for data parallelism (DDP) or sharding (FSDP2); a world of one is left as
+    it is under DDP, so the same script is also the single-process baseline."""
+    if mode == "fsdp":
+        from torch.distributed.fsdp import fully_shard
+
+        if env.world_size == 1:
+            raise ValueError("--mode fsdp needs torchrun with more than one process")
+        for block in model.blocks:
+            fully_shard(block)
+        fully_shard(model)
+        return model
+    if env.world_size == 1:
+        return model
+    device_ids = [env.local_rank] if env.device.startswith("cuda") else None
+    return DistributedDataParallel(model, device_ids=device_ids)
+
+
+def full_state_dict(model: nn.Module, mode: str) -> dict[str, torch.Tensor]:
+    """Every parameter in full on the CPU (FSDP gathers the shards; DDP unwraps)."""
+    if mode == "fsdp":
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        return get_model_state_dict(model, options=options)
+    inner = model.module if isinstance(model, DistributedDataParallel) else model
+    return {k: v.detach().cpu() for k, v in inner.state_dict().items()}
+
+
+def local_state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
+    """Bytes of parameters, gradients and optimiser state that this rank holds itself (with
+    FSDP only its shards: ``to_local()`` of each sharded tensor)."""
+
+    def nbytes(t: torch.Tensor) -> int:
+        local = t.to_local() if hasattr(t, "to_local") else t
+        return local.numel() * local.element_size()
+
+    total = 0
+    for p in model.parameters():
+        total += nbytes(p)
+        if p.grad is not None:
+            total += nbytes(p.grad)
+    for state in optimizer.state.values():
+        for value in state.values():
+            if isinstance(value, torch.Tensor) and value.dim() > 0:
+                total += nbytes(value)
+    return total
+
+
+def main(argv: Sequence[str] | None = None) -> dict:
+    """Train, write the checkpoint and report on rank 0, and return the report (every rank)."""
+    args = parse_args(argv)
+    env = init_distributed(None if args.device == "auto" else args.device)
+    text = load_tinyshakespeare()
+    tokenizer = CharTokenizer.from_text(text)
+    data = torch.tensor(tokenizer.encode(text), dtype=torch.long)
+    train_data, val_data = train_val_split(data)
+
+    model = build_model(args, tokenizer.vocab_size).to(env.device)
+    ddp_model = wrap(model, args.mode, env)
+    step_model = torch.compile(ddp_model) if args.compile else ddp_model
+    optimizer = make_adamw(model, lr=args.lr, weight_decay=args.weight_decay)
+    if args.emulate_ranks > 1 and env.world_size > 1:
+        raise ValueError("--emulate-ranks is for a single process, not under torchrun")
+    ranks = range(args.emulate_ranks) if env.world_size == 1 else [env.rank]
+    generators = [rank_generator(args.seed, r) for r in ranks]
+
+    def next_batch() -> tuple[torch.Tensor, torch.Tensor]:
+        pairs = [
+            get_batch(train_data, args.block_size, args.batch_size, generator=g, device=env.device)
+            for g in generators
+        ]
+        return torch.cat([x for x, _ in pairs]), torch.cat([y for _, y in pairs])
+
+    device_type = env.device.split(":")[0]
+    autocast = (
+        torch.autocast(device_type, dtype=torch.bfloat16)
+        if args.dtype == "bfloat16"
+        else contextlib.nullcontext()
+    )
+
+    losses = torch.zeros(args.steps, device=env.device)  # kept on the device: no sync per step
+    first_x = None
+    start = time.perf_counter()
+    for step in range(args.steps):
+        optimizer.zero_grad(set_to_none=True)
+        lr = cosine_lr(
+            step,
+            max_lr=args.lr,
+            warmup_steps=args.warmup,
+            total_steps=args.steps,
+            min_lr=args.min_lr,
+        )
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        for micro in range(args.grad_accum):
+            x, y = next_batch()
+            if first_x is None:
+                first_x = x.cpu()
+            # DDP all-reduces during the last micro-step's backward only.
+            last = micro == args.grad_accum - 1
+            sync = contextlib.nullcontext()
+            if isinstance(ddp_model, DistributedDataParallel) and not last:
+                sync = ddp_model.no_sync()
+            with sync:
+                with autocast:
+                    _, loss = step_model(x, y)
+                (loss / args.grad_accum).backward()
+            losses[step] += loss.detach() / args.grad_accum
+        if args.grad_clip > 0:
+            nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
+        optimizer.step()
+    if env.world_size > 1:
+        dist.all_reduce(losses)
+        losses /= env.world_size
+    seconds = time.perf_counter() - start
+    state_bytes = local_state_bytes(model, optimizer)
+    state = full_state_dict(ddp_model, args.mode)
+    assert first_x is not None
+    first_batches = _gather_tensors(first_x, env)
+    distinct = (
+        None
+        if env.world_size == 1
+        else all(
+            not torch.equal(a, b)
+            for i, a in enumerate(first_batches)
+            for b in first_batches[i + 1 :]
+        )
+    )
+    replicas = (
+        _gather_tensors(_flat_params(model), env)
+        if args.mode == "ddp" and env.world_size > 1
+        else []
+    )
+
+    global_batch = env.world_size * args.emulate_ranks * args.grad_accum * args.batch_size
+    report: dict = {
+        "mode": args.mode,
+        "world_size": env.world_size,
+        "device": env.device,
+        "steps": args.steps,
+        "global_batch": global_batch,
+        "train_loss": losses.tolist(),
+        "seconds": seconds,
+        "tokens_per_second": args.steps * global_batch * args.block_size / seconds,
+        "n_params": sum(p.numel() for p in GPT(model.config).parameters()),
+        "state_bytes_per_rank": _gather_ints(state_bytes, env),
+        "ranks_drew_distinct_batches": distinct,
+        # DDP only: the largest difference between any rank's weights and rank 0's.
+        "max_weight_diff_across_ranks": max(
+            ((r - replicas[0]).abs().max().item() for r in replicas), default=None
+        ),
+    }
+    if env.is_main:
+        plain = GPT(model.config)
+        plain.load_state_dict(state)
+        val = estimate_loss(
+            plain, {"val": val_data}, args.block_size, args.batch_size, args.eval_batches
+        )["val"]
+        report["val_loss"] = val
+        if args.out is not None:
+            description = (
+                f"{args.mode} on {env.world_size} process(es), {args.steps} steps, "
+                f"global batch {global_batch}"
+            )
+            export_gpt(plain, tokenizer, args.out, dtype="float32", description=description)
+        if args.report is not None:
+            args.report.parent.mkdir(parents=True, exist_ok=True)
+            args.report.write_text(json.dumps(report, indent=1))
+        print(
+            f"{args.mode}, {env.world_size} process(es): val loss {val:.4f} "
+            f"after {args.steps} steps"
+        )
+    if env.world_size > 1:
+        dist.barrier()
+        dist.destroy_process_group()
+    return report
+
+
+def _flat_params(model: nn.Module) -> torch.Tensor:
+    """Every parameter of ``model`` in one flat CPU vector."""
+    return torch.cat([p.detach().reshape(-1).cpu() for p in model.parameters()])
+
+
+def _gather_tensors(t: torch.Tensor, env: DistEnv) -> list[torch.Tensor]:
+    """``t`` (same shape on every rank) from every rank, in rank order."""
+    if env.world_size == 1:
+        return [t]
+    out: list[torch.Tensor | None] = [None] * env.world_size
+    dist.all_gather_object(out, t)
+    return [x for x in out if x is not None]
+
+
+def _gather_ints(value: int, env: DistEnv) -> list[int]:
+    """``value`` from every rank, in rank order (a world of one returns ``[value]``)."""
+    if env.world_size == 1:
+        return [value]
+    out: list[int | None] = [None] * env.world_size
+    dist.all_gather_object(out, value)
+    return [int(v) for v in out if v is not None]
+
+
+if __name__ == "__main__":
+    main()
