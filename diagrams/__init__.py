@@ -24,6 +24,7 @@ DIAGRAMS: dict[str, str] = {
     "gpt_block": "diagrams.gpt_block",
     "kv_cache": "diagrams.kv_cache",
     "flash_tiles": "diagrams.flash_tiles",
+    "data_parallel": "diagrams.data_parallel",
 }
 
 
