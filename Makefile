@@ -1,6 +1,8 @@
 # Two commands do all set-up on a fresh machine (Python 3.11 or newer; Linux or macOS):
-#   make book   -> builds the HTML book into _build/html (open _build/html/index.html)
-#   make test   -> runs every test: lint, helper unit tests, strict build, browser checks, nbval
+#   make book   -> installs what reading needs (requirements.txt) and builds the HTML book into
+#                  _build/html (open _build/html/index.html)
+#   make test   -> adds the test toolchain (requirements-test.txt) and runs every test: lint,
+#                  helper unit tests, strict build, browser checks, nbval, on every core
 # Faster loops: make test-unit (under a minute), make test-book, make test-notebooks,
 # make nbval NB=book/part1/averaging.ipynb (one notebook). `make lab` opens the notebooks.
 
@@ -9,7 +11,9 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 # Written only after every install step succeeded: a failed install is never taken as finished.
+# STAMP: what reading needs; TEST_STAMP: that plus the test toolchain.
 STAMP   = $(VENV)/.installed
+TEST_STAMP = $(VENV)/.installed-test
 PIP     = $(BIN)/python -m pip
 # Linux: PyTorch's CPU build from its CPU index first (the default Linux wheel brings several GB
 # of CUDA packages). Where that index cannot be reached, pip falls back to the CPU wheel a
@@ -22,9 +26,17 @@ TORCH_INSTALL = "torch==$(TORCH_VERSION)"
 endif
 NBVAL   = --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
           --nbval-cell-timeout=900
+# `make test` runs test files and notebooks on JOBS workers (pytest-xdist), a whole file per
+# worker, in the order conftest.py sets: the GPT chapter (the long training) first, then the
+# tests of the built book (built once), then the rest. One torch thread per worker: the workers
+# share the cores instead of oversubscribing them, and outputs stay reproducible.
+JOBS   ?= $(shell nproc 2>/dev/null || sysctl -n hw.ncpu 2>/dev/null || echo 2)
+PARALLEL = -n $(JOBS) --dist loadfile --no-loadscope-reorder
+# JupyterLab refuses to start as root (containers, cloud machines) unless told to.
+LAB_ROOT = $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: book test test-unit test-book test-notebooks nbval lint format install chromium \
-        execute lab lock clean check-python diagrams
+.PHONY: book test test-unit test-book test-notebooks nbval lint format install install-test \
+        chromium execute lab lock clean check-python diagrams
 
 check-python:
 	@command -v $(PYTHON) >/dev/null 2>&1 || { \
@@ -35,16 +47,30 @@ check-python:
 	       "the pinned NumPy and PyTorch need Python 3.11 or newer. Pass PYTHON=python3.11." >&2; \
 	  exit 1; }
 
-$(STAMP): requirements.txt constraints.txt pyproject.toml
+# $(call venv_install,REQUIREMENTS): create .venv if needed, PyTorch first, then REQUIREMENTS.
+define venv_install
 	@$(MAKE) --no-print-directory check-python
-	rm -f $(STAMP)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet $(TORCH_INSTALL)
-	$(PIP) install --quiet -r requirements.txt -c constraints.txt
+	$(PIP) install --quiet -r $(1) -c constraints.txt
+endef
+
+# Reading: build the book, run the notebooks (`make book`, `make lab`).
+$(STAMP): requirements.txt constraints.txt pyproject.toml
+	rm -f $(STAMP) $(TEST_STAMP)
+	$(call venv_install,requirements.txt)
 	touch $(STAMP)
 
+# Testing: the same plus the test toolchain, in one pip run on a fresh machine.
+$(TEST_STAMP): requirements-test.txt requirements.txt constraints.txt pyproject.toml
+	rm -f $(STAMP) $(TEST_STAMP)
+	$(call venv_install,requirements-test.txt)
+	touch $(STAMP) $(TEST_STAMP)
+
 install: $(STAMP)
+
+install-test: $(TEST_STAMP)
 
 book: install
 	$(BIN)/jupyter-book build . -W -n --keep-going
@@ -56,31 +82,31 @@ chromium:
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium; }
 
-lint: install
+lint: install-test
 	$(BIN)/ruff check helpers tests bench diagrams tools conftest.py
 	$(BIN)/ruff format --check helpers tests bench diagrams tools conftest.py
+	$(BIN)/actionlint .github/workflows/*.yml
 
-format: install
+format: install-test
 	$(BIN)/ruff format helpers tests bench diagrams tools conftest.py
 	$(BIN)/ruff check --fix helpers tests bench diagrams tools conftest.py
 
 # Everything, in one pytest run (CI's command): lint first, then the unit tests, the strict
-# build and browser checks, and nbval over every notebook. The GPT chapter (book/part2/gpt.ipynb)
-# trains for about four minutes of the total.
-test: install chromium lint
-	$(BIN)/python -m pytest tests book $(NBVAL)
+# build and browser checks, and nbval over every notebook, in parallel (see PARALLEL above).
+test: install-test chromium lint
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest $(PARALLEL) tests book $(NBVAL)
 
-test-unit: install
+test-unit: install-test
 	$(BIN)/python -m pytest -m unit tests
 
-test-book: install chromium
+test-book: install-test chromium
 	$(BIN)/python -m pytest -m book tests
 
-test-notebooks: install
-	$(BIN)/python -m pytest -m notebooks tests book $(NBVAL)
+test-notebooks: install-test
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest $(PARALLEL) -m notebooks tests book $(NBVAL)
 
 # Re-run one notebook and compare with its committed outputs: make nbval NB=book/part1/x.ipynb
-nbval: install
+nbval: install-test
 	$(BIN)/python -m pytest $(NBVAL) $(NB)
 
 # Re-execute one notebook in place after editing it: make execute NB=book/part1/averaging.ipynb
@@ -92,9 +118,10 @@ execute: install
 diagrams: install
 	$(BIN)/python -m diagrams
 
-# Open the notebooks in JupyterLab (installed by requirements.txt).
+# Open the notebooks in JupyterLab (installed by requirements.txt, with jupyterlab-myst, which
+# renders the MyST figures, exercises and citations).
 lab: install
-	$(BIN)/jupyter lab book/
+	$(BIN)/jupyter lab $(LAB_ROOT) book/
 
 # Refresh constraints.txt (the exact versions of every package) from requirements.txt alone, in
 # a throw-away environment; review the diff, run `make test`, and commit it.
@@ -102,7 +129,7 @@ lock: check-python
 	rm -rf .lock-venv
 	$(PYTHON) -m venv .lock-venv
 	.lock-venv/bin/python -m pip install --quiet --upgrade pip
-	.lock-venv/bin/python -m pip install --quiet -r requirements.txt
+	.lock-venv/bin/python -m pip install --quiet -r requirements-test.txt
 	$(PYTHON) tools/write_constraints.py .lock-venv > constraints.txt
 	rm -rf .lock-venv
 

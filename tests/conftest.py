@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,8 +30,27 @@ class BookBuild:
 
 @pytest.fixture(scope="session")
 def book_build(tmp_path_factory: pytest.TempPathFactory) -> BookBuild:
-    """Build the book once, strictly, into a temporary folder (the working tree is untouched)."""
-    out = tmp_path_factory.mktemp("book")
+    """Build the book once, strictly, into a temporary folder (the working tree is untouched).
+
+    Under pytest-xdist each worker has its own session: the first worker that needs the book
+    builds it into the run's shared temporary folder, under a file lock, and the others reuse it.
+    """
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent  # the folder all workers of this run share
+    out = shared / "built-book"
+    result = out / "build-result.json"
+    with FileLock(str(shared / "built-book.lock")):
+        if not result.is_file():
+            out.mkdir(exist_ok=True)
+            returncode, log = _strict_build(out)
+            result.write_text(json.dumps({"returncode": returncode, "log": log}))
+        done = json.loads(result.read_text())
+    return BookBuild(done["returncode"], done["log"], out / "_build" / "html")
+
+
+def _strict_build(out: Path) -> tuple[int, str]:
+    """Run `jupyter-book build -W -n --keep-going` into OUT; return its exit code and log."""
     jupyter_book = Path(sys.executable).with_name("jupyter-book")
     proc = subprocess.run(
         [
@@ -46,4 +68,4 @@ def book_build(tmp_path_factory: pytest.TempPathFactory) -> BookBuild:
         text=True,
         timeout=900,
     )
-    return BookBuild(proc.returncode, proc.stdout + proc.stderr, out / "_build" / "html")
+    return proc.returncode, proc.stdout + proc.stderr

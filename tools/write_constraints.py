@@ -13,8 +13,9 @@ import sys
 from pathlib import Path
 
 HEADER = """\
-# Exact versions of every package the book installs, used by `make install` as
-#   pip install -r requirements.txt -c constraints.txt
+# Exact versions of every package the book installs, used by `make book` and `make test` as
+#   pip install -r requirements.txt -c constraints.txt        (reading: make book, make lab)
+#   pip install -r requirements-test.txt -c constraints.txt   (the test toolchain: make test)
 # so that a new release of a dependency (Sphinx, MyST, the theme...) cannot break the strict
 # build overnight. Refresh with `make lock`, review the diff, run `make test`, commit.
 """
