@@ -11,6 +11,7 @@ from helpers.checking.averaging import check_running_average
 from helpers.checking.bigram import check_get_batch
 from helpers.checking.causal_masking import check_causal_softmax
 from helpers.checking.cost_and_generation import check_cached_attention
+from helpers.checking.distributed import check_average_gradients
 from helpers.checking.flash_attention import check_merge_partials
 from helpers.checking.gpt import check_block_forward
 from helpers.checking.modern import check_rope
@@ -22,6 +23,7 @@ from helpers.checking.scaling_softmax import check_scaled_scores
 __all__ = [
     "NOT_IMPLEMENTED_MESSAGE",
     "CheckResult",
+    "check_average_gradients",
     "check_block_forward",
     "check_cached_attention",
     "check_causal_attention",
