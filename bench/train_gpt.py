@@ -11,7 +11,7 @@ Recipes (a model plus how it is optimised):
   run on the book's model code (``helpers.model.GPT``).
 * ``book``: the recipe of chapter 8, ``helpers.model.GPTConfig()`` and
   ``helpers.training.TrainConfig()``'s defaults (the same model at ``n_embd`` 64, lr 5e-3 -> 5e-5).
-* ``modern``: chapter 10's model (``helpers.modern.ModernGPT``: rotary positions, RMSNorm,
+* ``modern``: chapter 10's model (``helpers.model.GPT`` with rotary positions, RMSNorm,
   QK-norm, squared-ReLU MLP) trained with Muon for the blocks' matrices and AdamW for the rest.
 * the ablation of chapter 10, one upgrade at a time on the book's recipe: ``rope``, ``rmsnorm``,
   ``qknorm``, ``relu2``, ``swiglu``, ``muon``.
@@ -49,7 +49,6 @@ from torch import nn
 from helpers.cost import forward_flops
 from helpers.data import load_tinyshakespeare
 from helpers.model import GPT, GPTConfig
-from helpers.modern import GPT2_SWITCHES, ModernConfig, ModernGPT
 from helpers.muon import make_muon
 from helpers.tokenizer import CharTokenizer
 from helpers.training import (
@@ -80,9 +79,7 @@ class Recipe:
 
     def describe(self) -> str:
         c = self.model
-        arch = ""
-        if isinstance(c, ModernConfig):
-            arch = f" {c.pos}/{c.norm}{'/qk' if c.qk_norm else ''}/{c.mlp}"
+        arch = f" {c.pos}/{c.norm}{'/qk' if c.qk_norm else ''}/{c.mlp}"
         opt = f" muon x{self.muon_lr_scale:g}" if self.muon_lr_scale else ""
         return (
             f"L{c.n_layer} H{c.n_head} C{c.n_embd} T{c.block_size} B{self.batch_size}{arch} "
@@ -117,12 +114,13 @@ MUON_LR_SCALE = 4.0  # Muon's learning rate / AdamW's (chosen in bench/README.md
 
 
 def _book_with(name: str, muon: bool = False, **switches: object) -> Recipe:
-    """The book's recipe on ``ModernGPT`` with some switches changed from GPT-2's."""
-    model = ModernConfig(**{**GPT2_SWITCHES, **switches})
+    """The book's recipe (same model class, same initialisation code) with some of
+    ``GPTConfig``'s architecture switches changed from their defaults."""
+    model = replace(BOOK.model, **switches)
     return replace(BOOK, name=name, model=model, muon_lr_scale=MUON_LR_SCALE if muon else None)
 
 
-MODERN = _book_with("modern", muon=True, pos="rope", norm="rms", qk_norm=True, mlp="relu2")
+MODERN = _book_with("modern", muon=True, pos="rope", norm="rmsnorm", qk_norm=True, mlp="relu2")
 
 # nanoGPT's GPU configuration for Shakespeare characters (config/train_shakespeare_char.py).
 GPU = Recipe(
@@ -141,7 +139,7 @@ RECIPES = {
         BOOK,
         MODERN,
         _book_with("rope", pos="rope"),
-        _book_with("rmsnorm", norm="rms"),
+        _book_with("rmsnorm", norm="rmsnorm"),
         _book_with("qknorm", qk_norm=True),
         _book_with("relu2", mlp="relu2"),
         _book_with("swiglu", mlp="swiglu"),
@@ -199,9 +197,7 @@ class Run:
         self.recipe, self.train_data, self.device = recipe, train_data, device
         torch.manual_seed(seed)
         cfg = recipe.model
-        self.model: nn.Module = (ModernGPT(cfg) if isinstance(cfg, ModernConfig) else GPT(cfg)).to(
-            device
-        )
+        self.model: nn.Module = GPT(cfg).to(device)
         if recipe.muon_lr_scale:
             self.optimizer: torch.optim.Optimizer = make_muon(
                 self.model,

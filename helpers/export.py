@@ -34,6 +34,10 @@ _PREFIX = f"globalThis.{GLOBAL_NAME} = "
 _DTYPES = {"float16": np.dtype("<f2"), "float32": np.dtype("<f4")}
 # The LM head shares the token embedding's matrix (weight tying): stored once, under this name.
 _TIED = {"lm_head.weight": "tok_emb.weight"}
+# The configuration fields the file stores. The explorer page implements chapter 8's
+# architecture (learned positions, LayerNorm, GELU MLP, no QK-norm), so only models with
+# GPTConfig's default architecture are exported; their size is all that varies.
+_CONFIG_FIELDS = ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "dropout", "bias")
 
 
 def export_gpt(
@@ -62,8 +66,9 @@ def export_gpt(
 
     Raises:
         ValueError: on an unknown ``dtype``, a tokenizer that does not match the model, a model
-            whose LM head is not tied to its token embedding, or a weight that float16 cannot hold
-            (larger than 65504 in magnitude, or not finite).
+            whose LM head is not tied to its token embedding, a model whose architecture is not
+            chapter 8's (other positions, norm, MLP or QK-norm than ``GPTConfig``'s defaults),
+            or a weight that float16 cannot hold (larger than 65504 in magnitude, or not finite).
     """
     payload = gpt_payload(model, tokenizer, dtype=dtype, description=description)
     text = (
@@ -95,6 +100,14 @@ def gpt_payload(
         )
     if model.lm_head.weight is not model.tok_emb.weight:
         raise ValueError("the model's lm_head.weight is not tied to tok_emb.weight")
+    config = asdict(model.config)
+    default = asdict(GPTConfig())
+    other = {k: v for k, v in config.items() if k not in _CONFIG_FIELDS and v != default[k]}
+    if other:
+        raise ValueError(
+            f"only chapter 8's architecture can be exported (the explorer implements it); "
+            f"this model sets {other}"
+        )
     np_dtype = _DTYPES[dtype]
     tensors: list[dict] = []
     chunks: list[bytes] = []
@@ -119,7 +132,7 @@ def gpt_payload(
         "format": FORMAT,
         "version": VERSION,
         "description": description,
-        "config": asdict(model.config),
+        "config": {k: config[k] for k in _CONFIG_FIELDS},
         "chars": "".join(tokenizer.chars),
         "dtype": dtype,
         "tied": _TIED,

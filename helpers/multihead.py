@@ -51,6 +51,12 @@ class KVCache:
     def __len__(self) -> int:
         return 0 if self.k is None else self.k.shape[-2]
 
+    @property
+    def seen(self) -> int:
+        """How many tokens have passed through the cache: the position of the next token. Here
+        every token is kept, so it is ``len(self)``."""
+        return len(self)
+
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Add the new tokens' keys and values; return all keys and values so far."""
         if k.shape != v.shape or k.dim() != 4:
@@ -69,6 +75,30 @@ class KVCache:
             self.k = torch.cat([self.k, k], dim=-2)
             self.v = torch.cat([self.v, v], dim=-2)
         return self.k, self.v
+
+
+@dataclass
+class RollingKVCache(KVCache):
+    """A key/value cache that keeps only the last ``window - 1`` tokens (with the next token
+    itself, a full window of ``window`` keys), and counts every token it has seen (``seen``:
+    the position of the next token). With rotary positions the cached keys were rotated by
+    their own positions, which never change, so they stay valid as the window slides (used by
+    ``helpers.model.GPT`` in chapter 10).
+    """
+
+    window: int = 0
+    seen: int = 0  # type: ignore[assignment]
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Add the new tokens; return the kept and the new keys and values (for this call's
+        attention), and keep only the last ``window - 1`` of them for the next call."""
+        k_all, v_all = super().append(k, v)
+        self.seen += k.shape[-2]
+        keep = self.window - 1
+        if self.window and k_all.shape[-2] > keep:
+            start = k_all.shape[-2] - keep
+            self.k, self.v = k_all[..., start:, :], v_all[..., start:, :]
+        return k_all, v_all
 
 
 class MultiHeadAttention(nn.Module):

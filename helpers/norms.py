@@ -6,7 +6,9 @@ LayerNorm (Ba et al., 2016) subtracts each token's mean and divides by its stand
 then applies a learned gain. RMSNorm (Zhang and Sennrich, 2019) skips the mean: it divides by the
 root mean square ``sqrt(mean(x^2) + eps)`` and applies the gain. QK-norm applies an RMSNorm to
 every head's queries and keys before the dot product, so that the scores are bounded by the
-gains: no attention logit can grow without limit during training.
+gains (and the score scale): no attention logit can grow without limit during training.
+``helpers.model.GPT`` builds its norms from ``GPTConfig.norm`` with PyTorch's ``nn.LayerNorm``
+and ``nn.RMSNorm``, the same functions as the ones written out here.
 """
 
 from __future__ import annotations
@@ -52,15 +54,3 @@ class RMSNorm(nn.Module):
         if x.shape[-1] != self.size:
             raise ValueError(f"expected a last dimension of {self.size}, got {tuple(x.shape)}")
         return rms_norm(x, self.weight, self.eps)
-
-
-def make_norm(kind: str, size: int) -> nn.Module:
-    """The normalisation layer of a block: ``"layer"`` (``nn.LayerNorm`` without bias, as in the
-    book's GPT) or ``"rms"`` (PyTorch's ``nn.RMSNorm``, the same function as :class:`RMSNorm`
-    with PyTorch's own kernel)."""
-    size = check_positive_int("size", size, what="the normalised dimension")
-    if kind == "layer":
-        return nn.LayerNorm(size, bias=False)
-    if kind == "rms":
-        return nn.RMSNorm(size)
-    raise ValueError(f"norm must be 'layer' or 'rms', got {kind!r}")

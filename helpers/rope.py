@@ -113,8 +113,10 @@ def apply_rope(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0) 
 
 
 class RotaryEmbedding(nn.Module):
-    """RoPE for the heads of one attention layer, with the cosines and sines of the training
-    positions ``0 .. block_size - 1`` precomputed (later positions are computed on demand).
+    """RoPE for the heads of one attention layer, with the cosines and sines of the positions
+    ``0 .. block_size - 1`` precomputed. A later position extends the tables (to at least twice
+    their length, computed once in float64 like the first ones), so generating past
+    ``block_size`` does not recompute them at every step.
 
     The rotation is :func:`rotate_pairs`'s, written with fewer operations for speed:
     ``x * cos2 + swap(x) * sin2``, where ``swap`` exchanges the two members of every pair,
@@ -147,9 +149,13 @@ class RotaryEmbedding(nn.Module):
         T = x.shape[-2]
         if x.shape[-1] != self.head_size:
             raise ValueError(f"expected head_size {self.head_size}, got x of {tuple(x.shape)}")
-        if 0 <= offset and offset + T <= self.block_size:
-            cos2, sin2 = self.cos2[offset : offset + T], self.sin2[offset : offset + T]
-        else:
+        if offset < 0:
             cos2, sin2 = self._tables(torch.arange(offset, offset + T, device=x.device))
+        else:
+            if offset + T > self.cos2.shape[0]:
+                n = max(offset + T, 2 * self.cos2.shape[0])
+                cos2, sin2 = self._tables(torch.arange(n, device=self.cos2.device))
+                self.cos2, self.sin2 = cos2.float(), sin2.float()
+            cos2, sin2 = self.cos2[offset : offset + T], self.sin2[offset : offset + T]
         swapped = x.unflatten(-1, (-1, 2)).flip(-1).flatten(-2)  # (x1, x0, x3, x2, ...)
         return x * cos2.to(x.dtype) + swapped * sin2.to(x.dtype)

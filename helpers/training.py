@@ -162,7 +162,7 @@ class History:
     steps: list[int] = field(default_factory=list)
     train_loss: list[float] = field(default_factory=list)
     val_loss: list[float] = field(default_factory=list)
-    seconds: float = 0.0
+    seconds: float = 0.0  # wall-clock time of the training steps alone, without the estimates
 
 
 def train_step(
@@ -210,6 +210,8 @@ def train(
     ``log`` (e.g. ``print``) receives one line per estimate as it is made, such as
     ``"step   900: train loss 2.0208, val loss 2.0989"``: a loss table that doubles as a progress
     report. ``progress`` (e.g. a tqdm bar's ``update``) is called with 1 after every step.
+    ``History.seconds`` is the time spent in the training steps (batches included), without the
+    loss estimates, so ``seconds / max_steps`` is the time of one step.
     """
     g = torch.Generator().manual_seed(config.seed)
     if optimizer is None:
@@ -228,10 +230,10 @@ def train(
             log(f"step {step:5d}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
 
     model.train()
-    start = time.perf_counter()
     for step in range(config.max_steps):
         if step % config.eval_interval == 0:
             evaluate(step)
+        start = time.perf_counter()
         lr = cosine_lr(
             step,
             max_lr=config.max_lr,
@@ -243,9 +245,9 @@ def train(
             train_data, config.block_size, config.batch_size, generator=g, device=device
         )
         train_step(model, optimizer, x, y, lr=lr, grad_clip=config.grad_clip)
+        history.seconds += time.perf_counter() - start
         if progress is not None:
             progress(1)
-    history.seconds = time.perf_counter() - start
     evaluate(config.max_steps)
     return history
 

@@ -155,3 +155,27 @@ def test_the_books_model_file_loads_and_is_small() -> None:
     # A trained model: the letter after "ligh" is far more likely than uniform (1/65).
     probs = torch.softmax(logits[0, -2], dim=-1)  # after "...ligh"
     assert probs[tok.stoi["t"]] > 0.5, probs[tok.stoi["t"]].item()
+
+
+@pytest.mark.parametrize("switch", [{"pos": "rope"}, {"norm": "rmsnorm"}, {"mlp": "relu2"}])
+def test_only_chapter_8s_architecture_is_exported(tmp_path, switch: dict) -> None:
+    model = GPT(GPTConfig(vocab_size=3, block_size=4, n_layer=1, n_head=2, n_embd=8, **switch))
+    with pytest.raises(ValueError, match="only chapter 8's architecture can be exported"):
+        export_gpt(model, CharTokenizer("abc"), tmp_path / "m.js")
+
+
+def test_export_stores_the_size_fields_only(tmp_path) -> None:
+    model = GPT(GPTConfig(vocab_size=3, block_size=4, n_layer=1, n_head=2, n_embd=8))
+    path = export_gpt(model, CharTokenizer("abc"), tmp_path / "m.js")
+    config = read_export(path)["config"]
+    assert list(config) == ["vocab_size", "block_size", "n_layer", "n_head", "n_embd", "dropout",
+                            "bias"]  # fmt: skip
+
+
+def test_the_shipped_model_re_exports_to_the_same_bytes(tmp_path) -> None:
+    """The file format is stable: loading the book's exported model and exporting it again
+    writes the same file, byte for byte."""
+    shipped = Path(__file__).resolve().parents[1] / "book" / "explorer" / "gpt_shakespeare.js"
+    model, tokenizer = load_gpt(shipped)
+    again = export_gpt(model, tokenizer, tmp_path / "again.js")
+    assert again.read_bytes() == shipped.read_bytes()

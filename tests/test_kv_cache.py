@@ -79,9 +79,10 @@ def test_gpt_refuses_to_grow_the_cache_past_block_size(model: GPT) -> None:
 
 
 def record_last_logits(model: GPT) -> tuple[list[torch.Tensor], torch.utils.hooks.RemovableHandle]:
-    """Collect the last-position logits of every forward call generate() makes."""
+    """Collect the logits of every step generate() makes (it computes the last position's only,
+    so the LM head's output is ``(B, vocab_size)``)."""
     seen: list[torch.Tensor] = []
-    handle = model.register_forward_hook(lambda _m, _args, out: seen.append(out[0][:, -1].clone()))
+    handle = model.lm_head.register_forward_hook(lambda _m, _args, out: seen.append(out.clone()))
     return seen, handle
 
 
@@ -101,6 +102,7 @@ def test_generate_logits_equal_with_and_without_cache_past_block_size(
         runs[use_cache] = (out, seen)
     assert torch.equal(runs[False][0], runs[True][0])
     assert len(runs[False][1]) == len(runs[True][1]) == 40
+    assert runs[True][1][0].shape == (2, CONFIG.vocab_size)  # the last position only
     for uncached, cached in zip(runs[False][1], runs[True][1], strict=False):
         assert_close(cached, uncached)
 
@@ -130,7 +132,9 @@ def test_generate_uses_the_cache_while_the_text_fits(model: GPT) -> None:
     """With a cache, each step after the prefill feeds one token; past block_size the window is
     rebuilt."""
     lengths: list[int] = []
-    handle = model.register_forward_pre_hook(lambda _m, args: lengths.append(args[0].shape[1]))
+    handle = model.tok_emb.register_forward_pre_hook(
+        lambda _m, args: lengths.append(args[0].shape[1])
+    )
     model.generate(torch.zeros(1, 20, dtype=torch.long), 8, use_cache=True)
     handle.remove()
     # prefill 20, then 1 token per step until the text holds 24 tokens, then full windows of 24.

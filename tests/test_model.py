@@ -10,7 +10,14 @@ import torch
 import torch.nn.functional as F
 from torch.testing import assert_close
 
-from helpers.model import GPT, FeedForward, GPTConfig, load_checkpoint, save_checkpoint
+from helpers.model import (
+    GPT,
+    FeedForward,
+    GPTConfig,
+    load_checkpoint,
+    save_checkpoint,
+    sliding_window_mask,
+)
 from helpers.tokenizer import CharTokenizer
 
 SMALL = GPTConfig(vocab_size=29, block_size=16, n_layer=2, n_head=4, n_embd=32)
@@ -41,6 +48,14 @@ def random_ids(seed: int, B: int, T: int, vocab_size: int = SMALL.vocab_size) ->
         ({"n_embd": 30, "n_head": 4}, "n_embd=30 is not divisible by n_head=4"),
         ({"dropout": 1.0}, r"dropout must be in \[0, 1\), got 1.0"),
         ({"dropout": -0.1}, r"dropout must be in \[0, 1\), got -0.1"),
+        ({"pos": "alibi"}, r"pos must be one of \('learned', 'rope', 'none'\), got 'alibi'"),
+        ({"norm": "rms"}, r"norm must be one of \('layernorm', 'rmsnorm'\), got 'rms'"),
+        ({"mlp": "geglu"}, "mlp must be one of"),
+        ({"norm_eps": 0.0}, r"norm_eps must be a number in \(0, 1\), got 0.0"),
+        ({"qk_scale": -1.0}, "qk_scale must be None or a positive number, got -1.0"),
+        ({"qk_norm": 1}, "qk_norm must be True or False, got 1"),
+        ({"bias": "yes"}, "bias must be True or False, got 'yes'"),
+        ({"n_embd": 6, "n_head": 2, "pos": "rope"}, "RoPE needs an even head_size"),
     ],
 )
 def test_config_rejects_bad_values(kwargs: dict, message: str) -> None:
@@ -291,7 +306,11 @@ def test_generate_restores_training_mode() -> None:
         ({"max_new_tokens": -1}, "max_new_tokens must be an int >= 0, got -1"),
         ({"max_new_tokens": 2.5}, "max_new_tokens must be an int >= 0, got 2.5"),
         ({"top_k": 2.0}, r"top_k must be in 1\.\.29, got 2.0"),
-        ({"temperature": 0.0}, "temperature must be positive, got 0.0"),
+        ({"temperature": 0.0}, r"temperature must be a finite number > 0 .*, got 0\.0"),
+        ({"temperature": float("nan")}, r"temperature must be a finite number > 0 .*, got nan"),
+        ({"temperature": float("inf")}, r"temperature must be a finite number > 0 .*, got inf"),
+        ({"temperature": "1"}, r"temperature must be a finite number > 0 .*, got '1'"),
+        ({"temperature": True}, r"temperature must be a finite number > 0 .*, got True"),
         ({"top_k": 0}, r"top_k must be in 1\.\.29, got 0"),
         ({"top_k": 30}, r"top_k must be in 1\.\.29, got 30"),
     ],
@@ -353,3 +372,212 @@ def test_checkpoint_of_something_else_raises_a_clear_error(tmp_path) -> None:
 def test_missing_checkpoint_raises_file_not_found(tmp_path) -> None:
     with pytest.raises(FileNotFoundError):
         load_checkpoint(tmp_path / "nowhere.pt")
+
+
+# ---------------------------------------------------------------------------- input validation
+
+
+@pytest.mark.parametrize("pos", ["learned", "rope", "none"])
+@pytest.mark.parametrize(
+    ("idx", "message"),
+    [
+        ([[1, 2]], r"got list; for one sequence of ids write torch\.tensor\(\[ids\]\)"),
+        (torch.tensor([[True, False]]), "integer token ids, got dtype torch.bool"),
+        (torch.zeros(1, 0, dtype=torch.long), "at least one token, got T=0"),
+        (torch.tensor([[1, 29]]), r"token ids must be in 0\.\.28, got 29"),
+        (torch.tensor([[-1, 2]]), r"token ids must be in 0\.\.28, got -1"),
+    ],
+)
+def test_every_architecture_rejects_bad_ids_alike(pos: str, idx: object, message: str) -> None:
+    model = make_model(0, GPTConfig(**{**SMALL.__dict__, "pos": pos}))
+    with pytest.raises(ValueError, match=message):
+        model(idx)
+    with pytest.raises(ValueError, match=message):
+        model.generate(idx, 2)
+
+
+# ---------------------------------------------------------------------------- GPT-2's switches
+
+
+def test_gpt2_size_has_gpt2s_parameter_count() -> None:
+    cfg = GPTConfig(
+        vocab_size=50257, block_size=1024, n_layer=12, n_head=12, n_embd=768,
+        bias=True, mlp="gelu_tanh",
+    )  # fmt: skip
+    with torch.device("meta"):
+        model = GPT(cfg)
+    # GPT-2 small: 124,439,808 parameters, the tied embedding counted once.
+    assert model.num_params(non_embedding=False) == 124_439_808
+    assert model.blocks[0].ln_1.bias is not None and model.blocks[0].ln_1.eps == 1e-5
+    assert model.blocks[0].attn.c_attn.bias is not None
+    assert model.blocks[0].mlp.c_fc.bias is not None and model.lm_head.bias is None
+
+
+def test_gelu_tanh_is_the_tanh_approximation() -> None:
+    torch.manual_seed(0)
+    mlp = FeedForward(GPTConfig(n_embd=8, n_head=2, mlp="gelu_tanh", bias=True))
+    x = torch.randn(3, 8)
+    h = mlp.c_fc(x)
+    h = 0.5 * h * (1 + torch.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h**3)))
+    assert_close(mlp(x), mlp.c_proj(h))
+    exact = FeedForward(GPTConfig(n_embd=8, n_head=2, bias=True))
+    exact.load_state_dict(mlp.state_dict())
+    assert not torch.equal(exact(x), mlp(x))  # the two GELUs differ
+
+
+def test_hugging_face_gpt2_weights_map_onto_gpt() -> None:
+    """With the switches GPT-2 needs, a Hugging Face GPT-2 maps onto GPT by renaming and
+    transposing its Conv1D weights, and computes the same logits."""
+    transformers = pytest.importorskip("transformers")
+    hf_cfg = transformers.GPT2Config(
+        vocab_size=29, n_positions=16, n_embd=32, n_layer=2, n_head=4,
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    hf = transformers.GPT2LMHeadModel(hf_cfg).eval()
+    with torch.no_grad():  # non-trivial LayerNorm parameters
+        for name, p in hf.named_parameters():
+            if ".ln_" in name or name.startswith("transformer.ln_f"):
+                p.normal_(1.0 if name.endswith("weight") else 0.0, 0.1)
+    ours = GPT(
+        GPTConfig(vocab_size=29, block_size=16, n_layer=2, n_head=4, n_embd=32, bias=True,
+                  mlp="gelu_tanh")
+    ).eval()  # fmt: skip
+    src = hf.state_dict()
+    state = {"tok_emb.weight": src["transformer.wte.weight"]}
+    state["pos_emb.weight"] = src["transformer.wpe.weight"]
+    for name in ours.state_dict():
+        if name.startswith("blocks."):
+            hf_name = "transformer.h." + name.removeprefix("blocks.")
+            t = src[hf_name]
+            conv1d = hf_name.endswith(".weight") and ("attn.c_" in hf_name or "mlp.c_" in hf_name)
+            state[name] = t.t() if conv1d else t
+    state["ln_f.weight"], state["ln_f.bias"] = (
+        src["transformer.ln_f.weight"],
+        src["transformer.ln_f.bias"],
+    )
+    state["lm_head.weight"] = state["tok_emb.weight"]
+    ours.load_state_dict(state)
+    idx = random_ids(0, 2, 16)
+    assert_close(ours(idx)[0], hf(idx).logits, atol=1e-5, rtol=1e-4)
+
+
+# ---------------------------------------------------------------------------- other switches
+
+SWITCH_SETS = [
+    {},
+    {"pos": "rope"},
+    {"pos": "none"},
+    {"norm": "rmsnorm"},
+    {"qk_norm": True},
+    {"qk_norm": True, "qk_scale": 1.0},
+    {"mlp": "relu2"},
+    {"mlp": "swiglu"},
+    {"pos": "rope", "norm": "rmsnorm", "qk_norm": True, "mlp": "relu2"},
+]
+
+
+@pytest.mark.parametrize("switches", SWITCH_SETS)
+def test_every_architecture_is_causal_and_about_the_same_size(switches: dict) -> None:
+    cfg = GPTConfig(**{**SMALL.__dict__, **switches})
+    model = make_model(0, cfg)
+    idx = random_ids(0, 1, 16)
+    changed = idx.clone()
+    changed[0, 9] = (idx[0, 9] + 1) % cfg.vocab_size
+    a, b = model(idx)[0], model(changed)[0]
+    assert_close(a[:, :9], b[:, :9])  # the past does not see the future
+    assert not torch.allclose(a[:, 9:], b[:, 9:])
+    C, L = cfg.n_embd, cfg.n_layer
+    per_block = (model.num_params() - cfg.vocab_size * C - C) / L  # embedding, final gain
+    assert abs(per_block - 12 * C * C) <= 0.02 * 12 * C * C
+
+
+@pytest.mark.parametrize("switches", SWITCH_SETS)
+def test_every_architecture_initialises_like_gpt2(switches: dict) -> None:
+    model = make_model(0, GPTConfig(**{**SMALL.__dict__, "n_embd": 256, **switches}))
+    for name, p in model.named_parameters():
+        if p.dim() == 2:
+            expected = 0.02 / math.sqrt(2 * 2) if name.endswith("c_proj.weight") else 0.02
+            assert abs(p.std().item() - expected) < 0.1 * expected, name
+        else:
+            assert torch.all(p == 1.0), name  # gains start at one, there are no biases
+
+
+def test_qk_norm_is_applied_with_its_gains_and_the_scale() -> None:
+    from helpers.norms import rms_norm
+
+    cfg = GPTConfig(**{**SMALL.__dict__, "qk_norm": True, "qk_scale": 0.7, "norm_eps": 1e-6})
+    attn = make_model(0, cfg).blocks[0].attn
+    with torch.no_grad():
+        attn.q_norm.weight.uniform_(0.5, 1.5)
+        attn.k_norm.weight.uniform_(0.5, 1.5)
+    x = torch.randn(2, 16, 32, generator=torch.Generator().manual_seed(0))
+    q, k, v = (t.view(2, 16, 4, 8).transpose(1, 2) for t in attn.c_attn(x).split(32, dim=-1))
+    q, k = rms_norm(q, attn.q_norm.weight, 1e-6), rms_norm(k, attn.k_norm.weight, 1e-6)
+    scores = (q @ k.transpose(-2, -1) * 0.7).masked_fill(
+        ~torch.ones(16, 16, dtype=torch.bool).tril(), float("-inf")
+    )
+    y = (scores.softmax(-1) @ v).transpose(1, 2).reshape(2, 16, 32)
+    assert_close(attn(x), attn.c_proj(y))
+    assert_close(attn(x, need_weights=True), attn.c_proj(y))
+
+
+def test_rope_attention_is_rotation_after_qk_norm() -> None:
+    from helpers.rope import apply_rope
+
+    cfg = GPTConfig(**{**SMALL.__dict__, "pos": "rope", "qk_norm": True})
+    attn = make_model(0, cfg).blocks[0].attn
+    x = torch.randn(2, 8, 32, generator=torch.Generator().manual_seed(1))
+    q, k, v = (t.view(2, 8, 4, 8).transpose(1, 2) for t in attn.c_attn(x).split(32, dim=-1))
+    pos = torch.arange(3, 11)
+    q, k = apply_rope(attn.q_norm(q), pos), apply_rope(attn.k_norm(k), pos)
+    y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert_close(attn(x, offset=3), attn.c_proj(y.transpose(1, 2).reshape(2, 8, 32)))
+
+
+def test_sliding_window_mask() -> None:
+    m = sliding_window_mask(4, T_past=2, window=3)
+    expected = torch.tensor(
+        [[1, 1, 1, 0, 0, 0], [0, 1, 1, 1, 0, 0], [0, 0, 1, 1, 1, 0], [0, 0, 0, 1, 1, 1]]
+    ).bool()
+    assert torch.equal(m, expected)
+
+
+@pytest.mark.parametrize("pos", ["rope", "none"])
+def test_rolling_cache_equals_sliding_window_far_beyond_block_size(pos: str) -> None:
+    cfg = GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=16, pos=pos)
+    model = make_model(0, cfg)
+    idx = torch.randint(11, (2, 60), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        full, _ = model(idx)  # every token sees itself and the 7 before it, in every layer
+        window = torch.stack(  # the last position's logits from its receptive field alone
+            [model(idx[:, max(0, t - 14) : t + 1])[0][:, -1] for t in range(50, 60)], dim=1
+        )
+        caches = model.new_caches()
+        prefill, _ = model(idx[:, :5], kv_caches=caches)
+        steps = [model(idx[:, t : t + 1], kv_caches=caches)[0] for t in range(5, 60)]
+    assert_close(torch.cat([prefill, *steps], dim=1), full, atol=1e-5, rtol=1e-4)
+    if pos == "none":  # without positions the receptive field alone gives the same logits
+        assert_close(window, full[:, 50:], atol=1e-5, rtol=1e-4)
+    assert len(caches[0]) == 7 and caches[0].seen == 60  # block_size - 1 kept
+
+
+def test_generate_cached_equals_uncached_beyond_block_size() -> None:
+    cfg = GPTConfig(vocab_size=11, block_size=8, n_layer=2, n_head=2, n_embd=16, pos="rope")
+    model = make_model(0, cfg)
+    prompt = torch.randint(11, (1, 3), generator=torch.Generator().manual_seed(0))
+    outs = [
+        model.generate(prompt, 40, use_cache=c, top_k=4, generator=torch.Generator().manual_seed(1))
+        for c in (False, True)
+    ]
+    assert torch.equal(outs[0], outs[1])
+    assert outs[0].shape == (1, 43)
+
+
+def test_dropout_works_with_every_switch() -> None:
+    cfg = GPTConfig(**{**SMALL.__dict__, "pos": "rope", "mlp": "swiglu", "dropout": 0.5})
+    model = make_model(0, cfg).train()
+    idx = random_ids(0, 2, 16)
+    assert not torch.equal(model(idx)[0], model(idx)[0])
+    model.eval()
+    assert torch.equal(model(idx)[0], model(idx)[0])

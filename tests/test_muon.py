@@ -7,7 +7,7 @@ import torch
 from torch import nn
 from torch.testing import assert_close
 
-from helpers.modern import ModernConfig, ModernGPT
+from helpers.model import GPT, GPTConfig
 from helpers.muon import Muon, make_muon, newton_schulz, newton_schulz_scalar
 
 
@@ -67,7 +67,7 @@ def test_muon_step_is_orthogonalised_momentum() -> None:
 
 
 def test_make_muon_splits_parameters() -> None:
-    model = ModernGPT(ModernConfig())
+    model = GPT(GPTConfig(pos="rope", norm="rmsnorm", qk_norm=True, mlp="relu2"))
     opt = make_muon(model, lr=1e-3, weight_decay=0.1, muon_lr_scale=8.0)
     muon = [g for g in opt.param_groups if g["use_muon"]]
     assert len(muon) == 1

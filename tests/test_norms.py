@@ -7,7 +7,7 @@ import torch
 from torch import nn
 from torch.testing import assert_close
 
-from helpers.norms import RMSNorm, make_norm, rms_norm
+from helpers.norms import RMSNorm, rms_norm
 
 
 @pytest.mark.parametrize("eps", [None, 1e-5])
@@ -35,11 +35,7 @@ def test_rms_is_one_and_mean_is_not_removed() -> None:
     assert_close(rms_norm(xc, eps=1e-5), nn.functional.layer_norm(xc, (32,), eps=1e-5))
 
 
-def test_make_norm_and_errors() -> None:
-    assert isinstance(make_norm("layer", 8), nn.LayerNorm)
-    assert isinstance(make_norm("rms", 8), nn.RMSNorm)
-    with pytest.raises(ValueError):
-        make_norm("batch", 8)
+def test_errors() -> None:
     with pytest.raises(ValueError):
         RMSNorm(8)(torch.randn(2, 7))
     with pytest.raises(ValueError):

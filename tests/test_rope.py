@@ -73,6 +73,20 @@ def test_rotary_embedding_matches_function_inside_and_beyond_block() -> None:
     assert_close(rot(x, offset=500), apply_rope(x, torch.arange(500, 506)))
 
 
+def test_rotary_embedding_extends_its_tables_once_not_every_step() -> None:
+    rot = RotaryEmbedding(8, block_size=16)
+    x = torch.randn(1, 1, 1, 8)
+    rot(x, offset=16)  # the first position past the table: it grows to twice its length
+    table = rot.cos2
+    assert table.shape == (32, 8)
+    for pos in range(17, 32):  # decode steps inside the grown table reuse it
+        assert_close(rot(x, offset=pos), apply_rope(x, torch.tensor([pos])))
+        assert rot.cos2 is table
+    rot(x, offset=100)
+    assert rot.cos2.shape == (101, 8)
+    assert_close(rot(x, offset=-3), apply_rope(x, torch.tensor([-3])))  # negative: on demand
+
+
 def test_frequencies_and_angles() -> None:
     f = rope_frequencies(8)
     assert_close(f, torch.tensor([1.0, 10000**-0.25, 10000**-0.5, 10000**-0.75], dtype=f.dtype))

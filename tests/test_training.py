@@ -351,6 +351,32 @@ def test_train_logs_one_line_per_estimate() -> None:
         assert line == f"step {step:5d}: train loss {tr:.4f}, val loss {va:.4f}"
 
 
+def test_train_seconds_count_the_steps_and_not_the_estimates(monkeypatch) -> None:
+    """A fake clock that moves 1 s per training step and 100 s per loss estimate: seconds must
+    be the steps' time alone (4 s), so that seconds / max_steps is the time of a step."""
+    import helpers.training as training
+
+    clock = [0.0]
+    real_step, real_estimate = training.train_step, training.estimate_loss
+
+    def step(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        clock[0] += 1.0
+        return real_step(*args, **kwargs)
+
+    def estimate(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        clock[0] += 100.0
+        return real_estimate(*args, **kwargs)
+
+    monkeypatch.setattr(training.time, "perf_counter", lambda: clock[0])
+    monkeypatch.setattr(training, "train_step", step)
+    monkeypatch.setattr(training, "estimate_loss", estimate)
+    config = TrainConfig(
+        max_steps=4, warmup_steps=0, batch_size=2, block_size=4, eval_interval=2, eval_steps=1
+    )
+    history = train(BigramLanguageModel(5), repeating_text(), repeating_text(), config)
+    assert history.seconds == 4.0 and clock[0] == 304.0
+
+
 # ---- make_adamw --------------------------------------------------------------------------------
 
 
