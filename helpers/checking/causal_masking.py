@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -14,8 +15,10 @@ from helpers.checking._core import (
     CheckResult,
     _differ,
     _expect_close,
+    _expect_gradients,
     _index,
     _Mismatch,
+    _mistake_hint,
     _num,
     _nums,
     _Property,
@@ -39,20 +42,90 @@ def check_causal_softmax(fn: Callable[[torch.Tensor], torch.Tensor]) -> CheckRes
     ``T = 1``); future keys get weight exactly 0; every row is a probability distribution;
     every row equals the softmax over its visible keys.
     """
-    cases = [((5, 5), 1), ((2, 6, 6), 2), ((2, 3, 4, 4), 3), ((1, 1), 4), ((3, 1, 1), 5)]
+    # Each property has its own inputs (no (shape, seed) pair shared), beyond the chapter's sizes
+    # (T up to 70), with exact zeros among the visible scores, ties, and scores of +-1000.
+    cases = {
+        "shape": [((5, 5), 1, ""), ((2, 6, 6), 2, ""), ((2, 3, 4, 4), 3, ""), ((1, 1), 4, "")]
+        + [((3, 1, 1), 5, "")],
+        "future": [((5, 5), 6, "zeros"), ((2, 6, 6), 7, ""), ((2, 3, 40, 40), 8, "")]
+        + [((1, 1), 9, ""), ((2, 70, 70), 10, "large")],
+        "rows": [((9, 9), 11, "all zero"), ((2, 6, 6), 12, "large"), ((3, 12, 12), 13, "ties")]
+        + [((1, 1), 14, "large"), ((2, 2, 33, 33), 15, "zeros")],
+        "softmax": [((5, 5), 16, ""), ((2, 6, 6), 17, "large"), ((2, 3, 4, 4), 18, "zeros")]
+        + [((3, 1, 1), 19, ""), ((2, 70, 70), 20, "")],
+    }
+    kinds = {
+        "": "",
+        "zeros": ", every third score exactly 0",
+        "all zero": ", every score exactly 0",
+        "large": ", scores rounded to integers up to +-1000",
+        "ties": ", scores rounded to integers in -2..2 (ties)",
+    }
 
-    def weights(s: _Session, size: tuple[int, ...], seed: int) -> tuple[torch.Tensor, ...]:
+    def scores_of(size: tuple[int, ...], seed: int, kind: str) -> torch.Tensor:
         scores = _randn(*size, seed=seed, scale=3.0)
-        what = f"scores of shape {_shape(size)}, seed {seed}"
-        return scores, _tensor_out(s.call(fn, scores, input=what), size, "the weights")
+        if kind == "zeros":
+            scores.view(-1)[::3] = 0.0
+        elif kind == "all zero":
+            scores.zero_()
+        elif kind == "large":
+            scores = (scores * 300).round().clamp(-1000, 1000)
+        elif kind == "ties":
+            scores = (scores / 2).round().clamp(-2, 2)
+        return scores
+
+    def weights(s: _Session, size: tuple[int, ...], seed: int, kind: str) -> tuple[Any, ...]:
+        scores = scores_of(size, seed, kind)
+        what = f"scores of shape {_shape(size)}, seed {seed}{kinds[kind]}"
+        out = s.call(fn, scores, input=what)
+        return scores, _tensor_out(out, size, "the weights", mistakes=mistakes(scores))
+
+    def allowed(T: int) -> torch.Tensor:
+        return torch.ones(T, T, dtype=torch.bool).tril()
+
+    def mistakes(scores: torch.Tensor) -> list[tuple[str, Callable[[], torch.Tensor]]]:
+        sd, T = scores.double(), scores.shape[-1]
+        visible = allowed(T)
+        masked = sd.masked_fill(~visible, -math.inf)
+        return [
+            (
+                "Your weights match a softmax with no mask: set the scores of the keys after "
+                "each query to -inf before the softmax.",
+                lambda: sd.softmax(dim=-1),
+            ),
+            (
+                "Your weights match masking the future scores with 0: a score of 0 still gets a "
+                "weight after the softmax, exp(-inf) = 0 does not.",
+                lambda: sd.masked_fill(~visible, 0.0).softmax(dim=-1),
+            ),
+            (
+                "Your weights match zeroing the future after the softmax: the rows then sum to "
+                "less than 1. Set the future scores to -inf before the softmax instead.",
+                lambda: sd.softmax(dim=-1) * visible,
+            ),
+            (
+                "Your weights match a softmax over the queries (dim=-2): take it over the keys, "
+                "the last dimension (dim=-1).",
+                lambda: masked.softmax(dim=-2).nan_to_num(),
+            ),
+            (
+                "Your weights match a mask that hides the diagonal too: query i may see key i "
+                "itself (tril with diagonal=0, triu(diagonal=1) for the future).",
+                lambda: sd.masked_fill(~allowed(T).tril(-1), -math.inf).softmax(-1).nan_to_num(),
+            ),
+            (
+                "Your weights match log_softmax: the weights are softmax(...), not its log.",
+                lambda: masked.log_softmax(dim=-1),
+            ),
+        ]
 
     def shape(s: _Session) -> None:
-        for size, seed in cases:
-            weights(s, size, seed)
+        for size, seed, kind in cases["shape"]:
+            weights(s, size, seed, kind)
 
     def future(s: _Session) -> None:
-        for size, seed in cases:
-            _, w = weights(s, size, seed)
+        for size, seed, kind in cases["future"]:
+            scores, w = weights(s, size, seed, kind)
             T = size[-1]
             above = torch.ones(T, T, dtype=torch.bool).triu(1).expand(w.shape)
             leak = (w.detach() != 0) & above
@@ -63,28 +136,42 @@ def check_causal_softmax(fn: Callable[[torch.Tensor], torch.Tensor]) -> CheckRes
                     "weight exactly 0 for every key after its query",
                     f"weight {_num(w[index].item())} at index {_index(index)} "
                     f"(query {index[-2]}, key {index[-1]})",
-                    "Set the future scores to -inf BEFORE the softmax: exp(-inf) = 0, while a "
-                    "score of 0 still gets a weight.",
+                    _mistake_hint(w, mistakes(scores), None),
                 )
 
     def rows(s: _Session) -> None:
-        for size, seed in cases:
-            _, w = weights(s, size, seed)
-            if (w < 0).any() or not torch.isfinite(w).all():
-                bad = w[(w < 0) | ~torch.isfinite(w)]
-                raise _Mismatch("weights in [0, 1]", f"weights such as {_nums(bad)}")
+        for size, seed, kind in cases["rows"]:
+            scores, w = weights(s, size, seed, kind)
+            if (w < 0).any():
+                raise _Mismatch(
+                    "weights in [0, 1]",
+                    f"weights such as {_nums(w[w < 0])}",
+                    _mistake_hint(w, mistakes(scores), None),
+                )
             totals = w.double().sum(dim=-1)
             problem = _differ(totals, torch.ones_like(totals))
             if problem is not None:
-                raise _Mismatch("every row sums to 1", f"row sum {problem}")
+                hint = _mistake_hint(w, mistakes(scores), None)
+                raise _Mismatch("every row sums to 1", f"row sum {problem}", hint)
 
     def softmax(s: _Session) -> None:
-        for size, seed in cases:
-            scores, w = weights(s, size, seed)
-            T = size[-1]
-            allowed = torch.ones(T, T, dtype=torch.bool).tril()
-            expected = scores.double().masked_fill(~allowed, -math.inf).softmax(dim=-1)
-            _expect_close(w, expected, "the softmax over keys 0..i in row i", atol=1e-6)
+        for number, (size, seed, kind) in enumerate(cases["softmax"]):
+            scores = scores_of(size, seed, kind)
+            with torch.enable_grad():
+                scores.requires_grad_(number == 0)  # the first call with gradients on
+                what = f"scores of shape {_shape(size)}, seed {seed}{kinds[kind]}"
+                w = _tensor_out(s.call(fn, scores, input=what), size, "the weights")
+                T = size[-1]
+                expected = scores.double().masked_fill(~allowed(T), -math.inf).softmax(dim=-1)
+                _expect_close(
+                    w,
+                    expected,
+                    "the softmax over keys 0..i in row i",
+                    atol=1e-6,
+                    mistakes=mistakes(scores.detach()),
+                )
+                if scores.requires_grad:
+                    _expect_gradients(w, expected, [("the scores", scores)])
 
     return _run(
         "check_causal_softmax",
@@ -98,14 +185,13 @@ def check_causal_softmax(fn: Callable[[torch.Tensor], torch.Tensor]) -> CheckRes
             _Property(
                 "future_zero",
                 "future keys get weight exactly 0",
-                "Set the scores above the diagonal to -inf before the softmax.",
+                "Row i gives weight only to keys 0..i: every key after the query gets exactly 0.",
                 future,
             ),
             _Property(
                 "rows",
                 "each row is a probability distribution (sums to 1)",
-                "Mask, then take the softmax over the keys (dim=-1, not over the queries); "
-                "zeroing weights after the softmax leaves the rows short of 1.",
+                "Each row holds the weights of one query over the keys: all >= 0, summing to 1.",
                 rows,
             ),
             _Property(

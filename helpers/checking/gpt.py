@@ -5,6 +5,7 @@ Defined in chapter 8, "Building and training a GPT".
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from typing import Any
 
@@ -14,7 +15,9 @@ import torch.nn.functional as F
 from helpers.checking._core import (
     CheckResult,
     _expect_close,
+    _expect_gradients,
     _Mismatch,
+    _mistake_hint,
     _nums,
     _Property,
     _randn,
@@ -42,11 +45,70 @@ def check_block_forward(fn: Callable[[Any, torch.Tensor], torch.Tensor]) -> Chec
 
     configs = [(16, 2, False), (12, 3, True)]  # (n_embd, n_head, bias)
     sizes = [(2, 5), (1, 1), (3, 8)]  # (B, T)
+    final_sizes = [(2, 5), (1, 1), (3, 40)]  # (B, T): T = 40, longer than the chapter's blocks
+
+    def mistakes(block: Block, x: torch.Tensor) -> list[tuple[str, Callable[[], Any]]]:
+        b = copy.deepcopy(block)
+        attn, mlp, ln_1, ln_2 = b.attn, b.mlp, b.ln_1, b.ln_2
+
+        def plain(t: torch.Tensor) -> torch.Tensor:
+            return F.layer_norm(t, t.shape[-1:])
+
+        def post_ln() -> torch.Tensor:
+            h = ln_1(x + attn(x))
+            return ln_2(h + mlp(h))
+
+        def no_residual() -> torch.Tensor:
+            return mlp(ln_2(attn(ln_1(x))))
+
+        def no_mlp_residual() -> torch.Tensor:
+            return mlp(ln_2(x + attn(ln_1(x))))
+
+        def one_norm() -> torch.Tensor:
+            h = x + attn(ln_1(x))
+            return h + mlp(ln_1(h))
+
+        def unweighted() -> torch.Tensor:
+            h = x + attn(plain(x))
+            return h + mlp(plain(h))
+
+        return [
+            (
+                "Your output matches post-LN, ln(x + attn(x)): in this pre-LN block only the "
+                "branch inputs are normalised, x + attn(ln_1(x)).",
+                post_ln,
+            ),
+            (
+                "Your output matches a block without residual connections (around the MLP at "
+                "least): add each branch to its input, x = x + attn(...), then x = x + mlp(...).",
+                no_mlp_residual,
+            ),
+            (
+                "Your output matches a block without residual connections (around the MLP at "
+                "least): add each branch to its input, x = x + attn(...), then x = x + mlp(...).",
+                no_residual,
+            ),
+            (
+                "Your output matches using ln_1 before the MLP too: the MLP branch has its own "
+                "LayerNorm, ln_2.",
+                one_norm,
+            ),
+            (
+                "Your output matches both branches reading x (parallel branches): the MLP reads "
+                "x after the attention has been added.",
+                lambda: x + attn(ln_1(x)) + mlp(ln_2(x)),
+            ),
+            (
+                "Your output matches LayerNorms without the block's learned weights: call "
+                "block.ln_1 and block.ln_2.",
+                unweighted,
+            ),
+        ]
 
     def make_block(n_embd: int, n_head: int, bias: bool, seed: int) -> Block:
         torch.manual_seed(seed)
         cfg = GPTConfig(
-            vocab_size=8, block_size=16, n_layer=1, n_head=n_head, n_embd=n_embd, bias=bias
+            vocab_size=8, block_size=64, n_layer=1, n_head=n_head, n_embd=n_embd, bias=bias
         )
         block = Block(cfg).eval()
         g = torch.Generator().manual_seed(seed)
@@ -95,6 +157,7 @@ def check_block_forward(fn: Callable[[Any, torch.Tensor], torch.Tensor]) -> Chec
                     "x itself comes out (up to a LayerNorm): both branches add 0 to it",
                     f"token {t} of sequence {b} comes out as {_nums(out[b, t])} where x is "
                     f"{_nums(x[b, t])}, and not as a normalised copy of it either",
+                    _mistake_hint(out, mistakes(block, x), None),
                 )
 
     def pre_ln(s: _Session) -> None:
@@ -102,14 +165,35 @@ def check_block_forward(fn: Callable[[Any, torch.Tensor], torch.Tensor]) -> Chec
             block = branches_off(make_block(*cfg, seed))
             x = _randn(2, 5, cfg[0], seed=seed, scale=2.0) + 1.0
             out = _tensor_out(s.call(fn, block, x, input=describe(cfg, 2, 5, seed, off)), x.shape)
-            _expect_close(out, x, "x unchanged: the residual stream is never normalised")
+            _expect_close(
+                out,
+                x,
+                "x unchanged: the residual stream is never normalised",
+                mistakes=mistakes(block, x),
+            )
 
     def matches(s: _Session) -> None:
-        for seed, (cfg, (B, T)) in enumerate(((c, z) for c in configs for z in sizes), start=30):
+        pairs = [(c, z) for c in configs for z in final_sizes]
+        for seed, (cfg, (B, T)) in enumerate(pairs, start=30):
             block = make_block(*cfg, seed)
             x = _randn(B, T, cfg[0], seed=seed)
-            out = _tensor_out(s.call(fn, block, x, input=describe(cfg, B, T, seed)), x.shape)
-            _expect_close(out, block(x), "block(x), the Block's own forward", atol=1e-5)
+            grad = seed == 30 + len(pairs) - 1  # the last call with gradients on
+            with torch.enable_grad():
+                x.requires_grad_(grad)
+                out = _tensor_out(s.call(fn, block, x, input=describe(cfg, B, T, seed)), x.shape)
+                theirs = s.passed[0]  # the copy of the block the function was given
+                _expect_close(
+                    out,
+                    theirs(x),
+                    "block(x), the Block's own forward",
+                    atol=1e-5,
+                    mistakes=mistakes(block, x.detach()),
+                )
+                if grad:
+                    named = [("x", x)] + [
+                        (f"the block's {name}", w) for name, w in theirs.named_parameters()
+                    ]
+                    _expect_gradients(out, theirs(x), named)
 
     return _run(
         "check_block_forward",
@@ -123,19 +207,20 @@ def check_block_forward(fn: Callable[[Any, torch.Tensor], torch.Tensor]) -> Chec
             _Property(
                 "residual",
                 "residual connections: x reaches the output when both branches are off",
-                "Add each branch to its input: x = x + block.attn(...); x = x + block.mlp(...).",
+                "With both branches adding 0, the block must return its input x: each branch is "
+                "added to the stream.",
                 residual,
             ),
             _Property(
                 "pre_ln",
                 "pre-LN: the residual stream is never normalised",
-                "Normalise only the branch inputs: x + attn(ln_1(x)), not ln_1(x + attn(x)).",
+                "With both branches adding 0, x itself comes out, not a normalised copy of it.",
                 pre_ln,
             ),
             _Property(
                 "matches_block",
                 "equals Block.forward with the same weights",
-                "x = x + block.attn(block.ln_1(x)); x = x + block.mlp(block.ln_2(x)); return x.",
+                "The pre-LN block: x + attn(ln_1(x)), then that plus mlp(ln_2(...)) of it.",
                 matches,
             ),
         ],

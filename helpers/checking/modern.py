@@ -6,12 +6,17 @@ Defined in chapter 10, "From GPT-2 to a modern transformer".
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from helpers.checking._core import (
     CheckResult,
+    _differ,
     _expect_close,
+    _expect_gradients,
+    _Mismatch,
+    _mistake_hint,
     _nums,
     _Property,
     _randn,
@@ -56,6 +61,77 @@ def check_rope(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> Chec
         ((1, 2), torch.tensor([3]), "T = 1, head_size = 2, position 3"),
     ]
 
+    # Each property has its own seeds; the reference is also checked on T = 40, head_size = 64.
+    final = [*cases[:3], ((2, 40, 64), torch.arange(40) + 50, "positions 50..89")]
+
+    def rope(x: torch.Tensor, pos: torch.Tensor, freqs: torch.Tensor, sign: float = 1.0) -> Any:
+        angle = pos.to(torch.float64)[:, None] * freqs
+        cos, sin = angle.cos(), sign * angle.sin()
+        even, odd = x.double()[..., 0::2], x.double()[..., 1::2]
+        return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)
+
+    def freqs(hs: int, base: float = 10000.0, exponent: float = 2.0) -> torch.Tensor:
+        return base ** (-exponent * torch.arange(hs // 2, dtype=torch.float64) / hs)
+
+    def mistakes(x: torch.Tensor, pos: torch.Tensor) -> list[tuple[str, Callable[[], Any]]]:
+        from helpers.positional import sinusoidal_encoding
+
+        hs, T = x.shape[-1], x.shape[-2]
+
+        def halves() -> torch.Tensor:
+            angle = pos.to(torch.float64)[:, None] * freqs(hs)
+            a, b = x.double().chunk(2, dim=-1)
+            return torch.cat(
+                [a * angle.cos() - b * angle.sin(), a * angle.sin() + b * angle.cos()], -1
+            )
+
+        return [
+            (
+                "Your output matches adding the sinusoidal encoding: rotate, do not add. Each "
+                "pair turns by the angle pos * frequency, and at position 0 nothing turns.",
+                lambda: (
+                    x.double()
+                    + sinusoidal_encoding(int(pos.max()) + 1, hs, dtype=torch.float64)[pos]
+                ),
+            ),
+            (
+                "Your output matches positions 0..T-1: turn row t by the position passed in, "
+                "positions[t].",
+                lambda: rope(x, torch.arange(T), freqs(hs)),
+            ),
+            (
+                "Your output matches cos on both dimensions of each pair (a scaling): rotate, "
+                "x'[2i] = x[2i] cos - x[2i+1] sin and x'[2i+1] = x[2i] sin + x[2i+1] cos.",
+                lambda: (
+                    x.double() * (pos.double()[:, None] * freqs(hs)).cos().repeat_interleave(2, -1)
+                ),
+            ),
+            (
+                "Your output matches pairing dimension i with i + head_size/2 (the two halves): "
+                "this exercise pairs adjacent dimensions, x[..., 0::2] with x[..., 1::2].",
+                halves,
+            ),
+            (
+                "Your output matches base 1000: the frequencies are 10000**(-2i/head_size).",
+                lambda: rope(x, pos, freqs(hs, base=1000.0)),
+            ),
+            (
+                "Your output matches the exponent -i/head_size: the frequencies are "
+                "10000**(-2i/head_size), i = 0 .. head_size/2 - 1.",
+                lambda: rope(x, pos, freqs(hs, exponent=1.0)),
+            ),
+            (
+                "Your output matches turning the other way: x'[2i] = x[2i] cos - x[2i+1] sin, "
+                "x'[2i+1] = x[2i] sin + x[2i+1] cos.",
+                lambda: rope(x, pos, freqs(hs), sign=-1.0),
+            ),
+            (
+                "Your output matches one frequency for every pair: pair i turns at "
+                "10000**(-2i/head_size).",
+                lambda: rope(x, pos, torch.ones(hs // 2, dtype=torch.float64)),
+            ),
+        ]
+
     def call(s: _Session, x: torch.Tensor, positions: torch.Tensor, what: str) -> torch.Tensor:
         out = s.call(fn, x, positions, input=what)
         return _tensor_out(out, x.shape)
@@ -72,26 +148,29 @@ def check_rope(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> Chec
             x = _randn(*size, seed=seed)
             positions = torch.zeros(size[-2], dtype=torch.long)
             out = call(s, x, positions, describe(size, seed, "every position 0"))
-            _expect_close(out, x, "x unchanged (a rotation by angle 0)")
+            _expect_close(
+                out, x, "x unchanged (a rotation by angle 0)", mistakes=mistakes(x, positions)
+            )
 
     def norms(s: _Session) -> None:
         for seed, (size, positions, where) in enumerate(cases, start=20):
             x = _randn(*size, seed=seed)
             out = call(s, x, positions, describe(size, seed, where))
-            _expect_close(
-                out.double().norm(dim=-1), x.double().norm(dim=-1), "the length of every vector"
-            )
+            norms = out.double().norm(dim=-1)
+            problem = _differ(norms, x.double().norm(dim=-1))
+            if problem is not None:
+                hint = _mistake_hint(out, mistakes(x, positions), None)
+                raise _Mismatch("the length of every vector", problem, hint)
 
     def pairs(s: _Session) -> None:
         for seed, (size, positions, where) in enumerate(cases, start=30):
             x = _randn(*size, seed=seed)
             out = call(s, x, positions, describe(size, seed, where))
             pair_norm = out.double().unflatten(-1, (-1, 2)).norm(dim=-1)
-            _expect_close(
-                pair_norm,
-                x.double().unflatten(-1, (-1, 2)).norm(dim=-1),
-                "the length of every pair (x[2i], x[2i+1])",
-            )
+            problem = _differ(pair_norm, x.double().unflatten(-1, (-1, 2)).norm(dim=-1))
+            if problem is not None:
+                hint = _mistake_hint(out, mistakes(x, positions), None)
+                raise _Mismatch("the length of every pair (x[2i], x[2i+1])", problem, hint)
 
     def relative(s: _Session) -> None:
         for seed, (T, hs, shift) in enumerate([(6, 8, 5), (4, 16, 40)], start=40):
@@ -116,16 +195,23 @@ def check_rope(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> Chec
             )
 
     def reference(s: _Session) -> None:
-        for seed, (size, positions, where) in enumerate(cases, start=50):
+        for seed, (size, positions, where) in enumerate(final, start=50):
             x = _randn(*size, seed=seed)
-            out = call(s, x, positions, describe(size, seed, where))
-            _expect_close(
-                out,
-                _rope_reference(x, positions),
-                "pair i turned by pos * 10000**(-2i/head_size): "
-                "(x[2i] cos - x[2i+1] sin, x[2i] sin + x[2i+1] cos)",
-                atol=1e-5,
-            )
+            grad = seed == 50 + len(final) - 1  # the last call with gradients on
+            with torch.enable_grad():
+                x.requires_grad_(grad)
+                out = call(s, x, positions, describe(size, seed, where))
+                expected = _rope_reference(x, positions)
+                _expect_close(
+                    out,
+                    expected,
+                    "pair i turned by pos * 10000**(-2i/head_size): "
+                    "(x[2i] cos - x[2i+1] sin, x[2i] sin + x[2i+1] cos)",
+                    atol=1e-5,
+                    mistakes=mistakes(x.detach(), positions),
+                )
+                if grad:
+                    _expect_gradients(out, expected, [("x", x)])
 
     return _run(
         "check_rope",
@@ -134,19 +220,19 @@ def check_rope(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> Chec
             _Property(
                 "identity",
                 "position 0 is the identity",
-                "Rotate, do not add: the angle is pos * frequency, and at pos 0 nothing turns.",
+                "At position 0 every angle is 0: each vector comes back unchanged.",
                 identity,
             ),
             _Property(
                 "norms",
                 "every vector keeps its length",
-                "Use cos and sin of the same angle for both dimensions of a pair (a rotation).",
+                "A rotation keeps the length of every vector.",
                 norms,
             ),
             _Property(
                 "pairs",
                 "each pair (2i, 2i+1) keeps its length",
-                "Pair adjacent dimensions: x[..., 0::2] with x[..., 1::2] (not the two halves).",
+                "Each pair (x[2i], x[2i+1]) turns in its own plane, so its length stays the same.",
                 pairs,
             ),
             _Property(
@@ -158,7 +244,7 @@ def check_rope(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> Chec
             _Property(
                 "reference",
                 "pair i turns by pos * 10000**(-2i/head_size)",
-                "Frequencies base**(-2i/head_size) with base 10000, i = 0 .. head_size/2 - 1.",
+                "Pair i of the row at position pos turns by pos * 10000**(-2i/head_size).",
                 reference,
             ),
         ],

@@ -6,6 +6,7 @@ Defined in chapter 6, "Positional encoding".
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -14,6 +15,7 @@ from helpers.checking._core import (
     _differ,
     _expect_close,
     _Mismatch,
+    _mistake_hint,
     _num,
     _nums,
     _Property,
@@ -39,7 +41,63 @@ def check_sinusoidal_encoding(fn: Callable[..., torch.Tensor]) -> CheckResult:
     """
     from helpers.positional import sinusoidal_encoding, sinusoidal_shift_matrix
 
+    # Each property has its own sizes (a pure function of T and d_model has no seed), up to
+    # T = 257 and d_model = 64.
     cases = [(1, 2), (10, 8), (50, 16), (64, 32)]
+    bounded_cases = [(3, 4), (17, 6), (100, 64), (257, 10)]
+    formula_cases = [(2, 2), (11, 8), (50, 18), (128, 64)]
+
+    def layout(T: int, d: int, base: float, *, two_i_all: bool) -> torch.Tensor:
+        """The pitfall: sin for even positions, cos for odd ones (one row each)."""
+        n = T + T % 2
+        two_i = 2 * torch.arange(0, d, dtype=torch.float64) if two_i_all else None
+        if two_i is None:
+            two_i = torch.arange(0, d, dtype=torch.float64).div(2).floor().mul(2)
+        denom = base ** (two_i / d)
+        even = torch.arange(0, n, 2, dtype=torch.float64)[:, None]
+        odd = torch.arange(1, n, 2, dtype=torch.float64)[:, None]
+        rows = torch.stack([torch.sin(even / denom), torch.cos(odd / denom)], dim=1)
+        return rows.reshape(n, d)[:T]
+
+    def encoding(T: int, d: int, base: float, start: int = 0, exponent: float = 2.0) -> Any:
+        pos = torch.arange(start, start + T, dtype=torch.float64)[:, None]
+        omega = base ** (-exponent * torch.arange(d // 2, dtype=torch.float64) / d)
+        return torch.stack([(pos * omega).sin(), (pos * omega).cos()], -1).reshape(T, d)
+
+    def halves(T: int, d: int, base: float) -> torch.Tensor:
+        pe = encoding(T, d, base)
+        return torch.cat([pe[:, 0::2], pe[:, 1::2]], dim=-1)
+
+    def mistakes(T: int, d: int, base: float) -> list[tuple[str, Callable[[], Any]]]:
+        return [
+            (layout_hint, lambda: layout(T, d, 1000.0, two_i_all=True)),
+            (layout_hint, lambda: layout(T, d, base, two_i_all=False)),
+            (
+                "Your encoding puts every sine first and every cosine after it: interleave them, "
+                "sin in column 2i and cos in column 2i+1.",
+                lambda: halves(T, d, base),
+            ),
+            (
+                "Your rows match positions 1..T: the first row is position 0 (sin 0 = 0, "
+                "cos 0 = 1).",
+                lambda: encoding(T, d, base, start=1),
+            ),
+            (
+                "Your frequencies match base**(-i/d_model) for column pair i: the exponent is "
+                "-2i/d_model.",
+                lambda: encoding(T, d, base, exponent=1.0),
+            ),
+            (
+                "Your encoding ignores the base argument: use it in the frequencies, "
+                "base**(-2i/d_model).",
+                lambda: encoding(T, d, 10000.0) if base != 10000.0 else None,
+            ),
+            (
+                "The default base is 10000 (def fn(T, d_model, base=10000.0)), as in the paper; "
+                "your encoding matches base 1000.",
+                lambda: encoding(T, d, 1000.0),
+            ),
+        ]
 
     def call(s: _Session, T: int, d: int, base: float | None = None) -> torch.Tensor:
         if base is None:
@@ -53,7 +111,7 @@ def check_sinusoidal_encoding(fn: Callable[..., torch.Tensor]) -> CheckResult:
             call(s, T, d)
 
     def bounded(s: _Session) -> None:
-        for T, d in cases:
+        for T, d in bounded_cases:
             pe = call(s, T, d)
             if not (pe.abs() <= 1 + 1e-6).all() or not torch.isfinite(pe).all():
                 bad = pe[~(pe.abs() <= 1 + 1e-6)]
@@ -69,7 +127,7 @@ def check_sinusoidal_encoding(fn: Callable[..., torch.Tensor]) -> CheckResult:
             raise _Mismatch(
                 "a different row for every position",
                 f"rows {i} and {j} differ by only {_num(closest.item())} (Euclidean distance)",
-                "Multiply each frequency by the position: the angle is pos * base**(-2i/d_model).",
+                _mistake_hint(pe, mistakes(T, d, 10000.0), None),
             )
 
     def shift(s: _Session) -> None:
@@ -83,16 +141,18 @@ def check_sinusoidal_encoding(fn: Callable[..., torch.Tensor]) -> CheckResult:
                         raise _Mismatch(
                             f"PE[pos + {k}] = M_{k} PE[pos] for every pos",
                             f"PE[pos + {k}] differs: {problem}",
+                            _mistake_hint(pe, mistakes(T, d, base), None),
                         )
 
     def formula(s: _Session) -> None:
-        for T, d in cases:
+        for T, d in formula_cases:
             pe = call(s, T, d)
             _expect_close(
                 pe,
                 sinusoidal_encoding(T, d, dtype=torch.float64),
                 "sin / cos(pos / 10000**(2i / d_model)) in columns 2i / 2i+1",
                 atol=1e-5,
+                mistakes=mistakes(T, d, 10000.0),
             )
 
     layout_hint = (
@@ -109,17 +169,24 @@ def check_sinusoidal_encoding(fn: Callable[..., torch.Tensor]) -> CheckResult:
                 "Every entry is a sine or a cosine of an angle.",
                 bounded,
             ),
-            _Property("distinct", "distinct positions get distinct rows", layout_hint, distinct),
+            _Property(
+                "distinct",
+                "distinct positions get distinct rows",
+                "Row pos holds the angles pos * base**(-2i/d_model): each position its own row.",
+                distinct,
+            ),
             _Property(
                 "shift",
                 "shifting by k positions is a rotation: PE[pos + k] = M_k PE[pos]",
-                layout_hint,
+                "Column 2i = sin(pos * w_i), column 2i+1 = cos(pos * w_i), w_i = "
+                "base**(-2i/d_model), for every position and the base passed in.",
                 shift,
             ),
             _Property(
                 "formula",
                 "with the default base, equals the formula with base 10000",
-                "The default base is 10000 (def fn(T, d_model, base=10000.0)), as in the paper.",
+                "Column 2i = sin(pos * w_i), column 2i+1 = cos(pos * w_i), w_i = "
+                "10000**(-2i/d_model), for positions 0..T-1.",
                 formula,
             ),
         ],

@@ -5,6 +5,7 @@ Defined in chapter 3, "Queries, keys and values".
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import torch
@@ -14,7 +15,9 @@ from helpers.checking._core import (
     _causal_sdpa,
     _differ,
     _expect_close,
+    _expect_gradients,
     _Mismatch,
+    _mistake_hint,
     _Property,
     _randn,
     _run,
@@ -22,21 +25,6 @@ from helpers.checking._core import (
     _shape,
     _tensor_out,
 )
-
-
-def _scale_hint(got: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> str:
-    """Name the scaling the reader used if it is one of the usual mistakes."""
-    hs = q.shape[-1]
-    for scale, words in ((1.0, "no scaling"), (1.0 / hs, "dividing by head_size")):
-        if _differ(got, _causal_sdpa(q, k, v, is_causal=True, scale=scale)) is None:
-            return (
-                f"Your output matches {words}: divide the scores by sqrt(head_size) "
-                f"= sqrt({hs}) instead."
-            )
-    return (
-        "scores = q @ k.transpose(-2, -1) / sqrt(head_size); future scores -> -inf; "
-        "softmax over the keys (dim=-1); then weights @ v."
-    )
 
 
 def check_causal_attention(
@@ -53,31 +41,114 @@ def check_causal_attention(
     weights sum to 1 (identical values come back unchanged); the output at ``t`` does not
     change when the tokens after ``t`` change; the result equals PyTorch's.
     """
-    cases = [((2, 5, 8), 1), ((1, 1, 4), 2), ((3, 7, 16), 3), ((2, 6, 8), 4)]
+    # Each property has its own inputs (no (shape, seed) pair shared), T up to 40, beyond the
+    # chapter's sizes; "large" inputs give scores of a few hundred, where exp overflows float32.
+    cases = {
+        "shape": [((2, 5, 8), 1, 2.0), ((1, 1, 4), 2, 2.0), ((3, 7, 16), 3, 2.0)]
+        + [((2, 6, 8), 4, 2.0)],
+        "weights_sum": [((2, 5, 8), 11, 0.0), ((1, 1, 4), 12, 2.0), ((3, 7, 16), 13, 8.0)]
+        + [((2, 40, 8), 14, 2.0)],
+        "matches_torch": [((2, 5, 8), 21, 2.0), ((1, 1, 4), 22, 2.0), ((3, 7, 16), 23, 2.0)]
+        + [((2, 6, 8), 24, 8.0), ((4, 40, 32), 25, 2.0)],
+    }
 
-    def qkv(size: tuple[int, ...], seed: int) -> tuple[torch.Tensor, ...]:
+    def qkv(size: tuple[int, ...], seed: int, scale: float = 2.0) -> tuple[torch.Tensor, ...]:
         x = _randn(3, *size, seed=seed)
-        return x[0] * 2.0, x[1] * 2.0, x[2]  # larger q, k: the scaling matters
+        return x[0] * scale, x[1] * scale, x[2]  # larger q, k: the scaling matters
+
+    def describe(size: tuple[int, ...], seed: int, scale: float) -> str:
+        large = ", q and k scaled by 8 (scores of a few hundred)" if scale > 2 else ""
+        return f"q, k, v of shape {_shape(size)}, seed {seed}{large}"
+
+    def mistakes(
+        q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> list[tuple[str, Callable[[], torch.Tensor]]]:
+        qd, kd, vd = q.double(), k.double(), v.double()
+        T, hs = q.shape[-2], q.shape[-1]
+        future = torch.ones(T, T, dtype=torch.bool).triu(1)
+        scores = qd @ kd.transpose(-2, -1) / math.sqrt(hs)
+        weights = scores.masked_fill(future, -math.inf).softmax(dim=-1)
+        return [
+            (
+                "Your output matches attention without the mask: set the scores of future keys "
+                "to -inf before the softmax.",
+                lambda: scores.softmax(dim=-1) @ vd,
+            ),
+            (
+                "Your output matches masking future scores with 0: a score of 0 still gets a "
+                "weight; use -inf.",
+                lambda: scores.masked_fill(future, 0.0).softmax(dim=-1) @ vd,
+            ),
+            (
+                "Your output matches a softmax over the queries (dim=-2): take it over the keys, "
+                "the last dimension of the scores (dim=-1).",
+                lambda: scores.masked_fill(future, -math.inf).softmax(dim=-2) @ vd,
+            ),
+            (
+                "Your output matches weights @ k: the weights average the values, weights @ v.",
+                lambda: weights @ kd,
+            ),
+            (
+                "Your output matches dividing by sqrt(head_size) after the softmax: scale the "
+                "scores before it.",
+                lambda: weights / math.sqrt(hs) @ vd,
+            ),
+            (
+                "Your output matches k @ q^T as the scores: queries index the rows, "
+                "q @ k.transpose(-2, -1).",
+                lambda: (scores.transpose(-2, -1)).masked_fill(future, -math.inf).softmax(-1) @ vd,
+            ),
+            (
+                "Your output matches a mask that hides the diagonal too: token t may attend to "
+                "itself (mask only the keys after t).",
+                lambda: (
+                    scores.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(-1), -math.inf)
+                    .softmax(dim=-1)
+                    .nan_to_num()
+                    @ vd
+                ),
+            ),
+            (
+                "Your output matches no scaling: divide the scores by sqrt(head_size) "
+                f"= sqrt({hs}).",
+                lambda: _causal_sdpa(q, k, v, is_causal=True, scale=1.0),
+            ),
+            (
+                "Your output matches dividing by head_size: divide the scores by "
+                f"sqrt(head_size) = sqrt({hs}) instead.",
+                lambda: _causal_sdpa(q, k, v, is_causal=True, scale=1.0 / hs),
+            ),
+        ]
 
     def shape(s: _Session) -> None:
-        for size, seed in cases:
-            q, k, v = qkv(size, seed)
-            what = f"q, k, v of shape {_shape(size)}, seed {seed}"
-            _tensor_out(s.call(fn, q, k, v, input=what), size)
+        for size, seed, scale in cases["shape"]:
+            q, k, v = qkv(size, seed, scale)
+            _tensor_out(s.call(fn, q, k, v, input=describe(size, seed, scale)), size)
 
     def weights_sum(s: _Session) -> None:
-        for size, seed in cases:
-            q, k, _ = qkv(size, seed)
+        for size, seed, scale in cases["weights_sum"]:
+            q, k, _ = qkv(size, seed, scale)
             u = _randn(size[0], 1, size[2], seed=seed + 50)
             v = u.expand(size).contiguous()
+            large = {
+                0.0: ", q and k all zeros (every score exactly 0)",
+                8.0: ", q and k scaled by 8",
+            }
+            large = large.get(scale, "")
             what = (
-                f"q, k of shape {_shape(size)}, seed {seed}; v: the same vector at every position"
+                f"q, k of shape {_shape(size)}, seed {seed}{large}; v: the same vector at every "
+                "position"
             )
             out = _tensor_out(s.call(fn, q, k, v, input=what), size)
-            _expect_close(out, v, "that vector at every position (weights summing to 1)")
+            _expect_close(
+                out,
+                v,
+                "that vector at every position (weights summing to 1)",
+                mistakes=mistakes(q, k, v),
+            )
 
     def causal(s: _Session) -> None:
-        size, seed = (2, 6, 8), 5
+        size, seed = (2, 9, 8), 5
         q, k, v = qkv(size, seed)
         base = f"q, k, v of shape {_shape(size)}, seed {seed}"
         out = _tensor_out(s.call(fn, q, k, v, input=base), size)
@@ -90,21 +161,29 @@ def check_causal_attention(
             problem = _differ(out2[:, : t + 1], out[:, : t + 1])
             if problem is not None:
                 rows = "position 0" if t == 0 else f"positions 0..{t}"
-                raise _Mismatch(f"{rows} the same as before the change", f"in {rows}: {problem}")
+                hint = _mistake_hint(out2, mistakes(*changed), None)
+                raise _Mismatch(
+                    f"{rows} the same as before the change", f"in {rows}: {problem}", hint
+                )
 
     def matches_torch(s: _Session) -> None:
-        for size, seed in [*cases, ((4, 9, 32), 6)]:
-            q, k, v = qkv(size, seed)
-            what = f"q, k, v of shape {_shape(size)}, seed {seed}"
-            out = _tensor_out(s.call(fn, q, k, v, input=what), size)
-            expected = _causal_sdpa(q, k, v, is_causal=True)
-            if _differ(out, expected) is not None:
+        for number, (size, seed, scale) in enumerate(cases["matches_torch"]):
+            q, k, v = qkv(size, seed, scale)
+            with torch.enable_grad():
+                grad = number == len(cases["matches_torch"]) - 1  # the last call: gradients on
+                for t in (q, k, v):
+                    t.requires_grad_(grad)
+                out = _tensor_out(s.call(fn, q, k, v, input=describe(size, seed, scale)), size)
+                expected = _causal_sdpa(q, k, v, is_causal=True)
+                plain = [t.detach() for t in (q, k, v)]
                 _expect_close(
                     out,
                     expected,
                     "F.scaled_dot_product_attention(q, k, v, is_causal=True)",
-                    hint=_scale_hint(out, q, k, v),
+                    mistakes=mistakes(*plain),
                 )
+                if grad:
+                    _expect_gradients(out, expected, [("q", q), ("k", k), ("v", v)])
 
     return _run(
         "check_causal_attention",
@@ -118,14 +197,13 @@ def check_causal_attention(
             _Property(
                 "weights_sum",
                 "each query's weights sum to 1 (equal values come back unchanged)",
-                "Take the softmax over the keys, the last dimension of the scores (dim=-1).",
+                "Each query's weights over the keys sum to 1, so equal values come back unchanged.",
                 weights_sum,
             ),
             _Property(
                 "causal",
                 "the output at t ignores the tokens after t",
-                "Set the scores of future keys (above the diagonal) to -inf before the softmax; "
-                "a score of 0 still gets a weight.",
+                "The output at t may depend only on the queries, keys and values of tokens 0..t.",
                 causal,
             ),
             _Property(

@@ -15,7 +15,9 @@ from helpers.checking._core import (
     CheckResult,
     _differ,
     _expect_close,
+    _expect_gradients,
     _Mismatch,
+    _mistake_hint,
     _num,
     _Property,
     _randn,
@@ -37,7 +39,39 @@ def check_scaled_scores(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
     ``j`` to key ``j``; for unit-variance ``q`` and ``k`` the scores have variance close to 1 for
     every head size from 16 to 1024; the scores equal ``q @ k^T / sqrt(head_size)``.
     """
+    # Each property has its own inputs (no (shape, seed) pair shared); the formula is checked on
+    # the first property's shapes with other data, and on T = 40, beyond the chapter's sizes.
     cases = [((2, 5, 8), 1), ((1, 1, 4), 2), ((3, 6, 16), 3), ((2, 4, 64), 4)]
+    final = [((2, 5, 8), 11), ((1, 1, 4), 12), ((3, 6, 16), 13), ((2, 40, 64), 14)]
+
+    def mistakes(q: torch.Tensor, k: torch.Tensor) -> list[tuple[str, Callable[[], Any]]]:
+        qd, kd = q.double(), k.double()
+        raw = qd @ kd.transpose(-2, -1)
+        hs = q.shape[-1]
+        return [
+            (
+                "Your scores match k @ q^T: queries index the rows, q @ k.transpose(-2, -1).",
+                lambda: kd @ qd.transpose(-2, -1) / math.sqrt(hs),
+            ),
+            (
+                "Your scores match no scaling: divide q @ k^T by sqrt(head_size).",
+                lambda: raw,
+            ),
+            (
+                "Your scores match dividing by head_size: divide by sqrt(head_size) instead.",
+                lambda: raw / hs,
+            ),
+            (
+                "Your scores match dividing by sqrt(32), a fixed number: divide by "
+                "sqrt(head_size) with head_size = q.shape[-1].",
+                lambda: raw / math.sqrt(32),
+            ),
+            (
+                "Your scores match dividing by 32, a fixed number: divide by sqrt(head_size) "
+                "with head_size = q.shape[-1].",
+                lambda: raw / 32,
+            ),
+        ]
 
     def call(s: _Session, size: tuple[int, ...], seed: int, what: str = "") -> tuple[Any, ...]:
         x = _randn(2, *size, seed=seed)
@@ -69,7 +103,8 @@ def check_scaled_scores(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
             expected = torch.where(keep, out, out2)  # the changed row or column may change
             problem = _differ(out2, expected)
             if problem is not None:
-                raise _Mismatch(f"only {line} changes", f"other entries changed: {problem}")
+                hint = _mistake_hint(out2, mistakes(q2, k2)[:1], None)
+                raise _Mismatch(f"only {line} changes", f"other entries changed: {problem}", hint)
 
     # Sample-size justification for the variance tolerance: with q, k ~ N(0, 1) the scaled
     # score s_ij = q_i . k_j / sqrt(d) has variance exactly 1; given q_i it is N(0, |q_i|^2 / d),
@@ -84,23 +119,38 @@ def check_scaled_scores(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
         for d, seed in ((16, 6), (64, 7), (256, 8), (1024, 9)):
             size = (8, 32, d)
             what = f"q, k of shape {_shape(size)} drawn from N(0, 1), seed {seed} (head_size {d})"
-            _, _, out = call(s, size, seed, what)
+            q, k, out = call(s, size, seed, what)
             var = out.double().pow(2).mean().item()
             if not 0.8 <= var <= 1.25:
                 raise _Mismatch(
                     "variance of the scores between 0.8 and 1.25 (1 in theory)",
                     f"variance {_num(var)}",
+                    _mistake_hint(out, mistakes(q, k)[1:], None),
                 )
 
     def formula(s: _Session) -> None:
-        for size, seed in cases:
-            q, k, out = call(s, size, seed)
-            expected = q.double() @ k.double().transpose(-2, -1) / math.sqrt(size[-1])
-            _expect_close(out, expected, "q @ k.transpose(-2, -1) / sqrt(head_size)")
+        for number, (size, seed) in enumerate(final):
+            x = _randn(2, *size, seed=seed)
+            q, k = x[0].clone(), x[1].clone()
+            with torch.enable_grad():
+                grad = number == len(final) - 1  # the last call with gradients on
+                q.requires_grad_(grad)
+                k.requires_grad_(grad)
+                text = f"q, k of shape {_shape(size)}, seed {seed}"
+                out = _tensor_out(s.call(fn, q, k, input=text), (*size[:2], size[1]), "the scores")
+                expected = q.double() @ k.double().transpose(-2, -1) / math.sqrt(size[-1])
+                _expect_close(
+                    out,
+                    expected,
+                    "q @ k.transpose(-2, -1) / sqrt(head_size)",
+                    mistakes=mistakes(q.detach(), k.detach()),
+                )
+                if grad:
+                    _expect_gradients(out, expected, [("q", q), ("k", k)])
 
     scale_hint = (
-        "Divide q @ k.transpose(-2, -1) by sqrt(head_size), with head_size = q.shape[-1] "
-        "(not by head_size, and not by a fixed number such as sqrt(C))."
+        "The scores are q @ k.transpose(-2, -1) divided by sqrt(head_size), with head_size = "
+        "q.shape[-1]."
     )
     return _run(
         "check_scaled_scores",
@@ -114,7 +164,7 @@ def check_scaled_scores(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
             _Property(
                 "rows_and_columns",
                 "row i holds query i's scores, column j key j's",
-                "Compute q @ k^T, not k @ q^T: queries index the rows.",
+                "Entry (i, j) depends only on query i and key j: row i is query i's scores.",
                 rows_and_columns,
             ),
             _Property(

@@ -1,0 +1,709 @@
+"""A catalogue of answers that are wrong in general but can look right on a few inputs.
+
+For every checker: answers that pass on small, well-behaved inputs but fail on exact zeros, ties,
+scores of +-1000, sequences longer than the chapter's, a second draw from one generator, a
+gradient, or an input they overwrite (each must be rejected, on the property named, with a hint
+that names what the answer did, or a neutral hint when the checker cannot reproduce it); unusual
+answers that are right (each must be accepted); and the hints given to the wrong answers of
+``test_checking``'s tables. Together with those tables, every checker meets at least 8 wrong and
+2 right answers.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from test_checking import (
+    CHECKERS,
+    _batch,
+    _check,
+    _future,
+    attention_loop,
+    avg_cumsum,
+    batch_book,
+    block_written_out,
+    cached_book,
+    merge_book,
+    rope_complex,
+    softmax_book,
+    split_book,
+)
+
+from helpers.checking import check_get_batch, check_split_heads
+from helpers.masking import causal_mask
+from helpers.model import Block
+from helpers.positional import sinusoidal_encoding
+from helpers.rope import apply_rope
+
+Tensor = torch.Tensor
+
+# A hint that names no mistake: the checker shows input, expected and got and restates the rule.
+NEUTRAL = "<neutral>"
+NAN = "Your function returned nan or inf on this input"
+GRAD = "cut the path of the gradient"
+GRAD_VALUES = "The output is right but its gradient is not"
+IN_PLACE = "in place"
+
+
+def by_shape(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Remembers the first output for each input shape and returns it again."""
+    memo: dict[Any, Any] = {}
+
+    def remembered(*args: Any) -> Any:
+        key = tuple(tuple(a.shape) for a in args if isinstance(a, Tensor))
+        if key not in memo:
+            memo[key] = fn(*args)
+        return memo[key]
+
+    return remembered
+
+
+def no_grad(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The right numbers, computed under torch.no_grad()."""
+    return torch.no_grad()(fn)
+
+
+def via_numpy(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The right numbers, taken through NumPy and back."""
+    return lambda *args: torch.from_numpy(fn(*args).detach().numpy())
+
+
+def _exit(*args: Any, **kwargs: Any) -> Any:
+    sys.exit("done")
+
+
+# Chapter 1 -----------------------------------------------------------------------------------
+
+
+def avg_fixed_mask(x: Tensor) -> Tensor:
+    """The weights built once at 16 tokens and sliced: breaks for longer sequences."""
+    w = torch.ones(16, 16).tril()[: x.shape[1], : x.shape[1]]
+    return (w / w.sum(dim=1, keepdim=True)) @ x
+
+
+def avg_in_place(x: Tensor) -> Tensor:
+    counts = torch.arange(1, x.shape[1] + 1, dtype=x.dtype).view(1, -1, 1)
+    return x.cumsum_(dim=1) / counts  # overwrites the caller's x
+
+
+def avg_float64_loop(x: Tensor) -> Tensor:
+    """Unusual but right: a Python loop over time in float64, cast back."""
+    out = torch.empty_like(x, dtype=torch.float64)
+    for t in range(x.shape[1]):
+        out[:, t] = x[:, : t + 1].double().mean(dim=1)
+    return out.to(x.dtype)
+
+
+# Chapter 2 -----------------------------------------------------------------------------------
+
+
+def softmax_mask_by_value(s: Tensor) -> Tensor:
+    """tril, then hide every score equal to 0: hides visible scores that are exactly 0 too."""
+    w = torch.tril(s)
+    return w.masked_fill(w == 0, -math.inf).softmax(dim=-1)
+
+
+def softmax_no_max(s: Tensor) -> Tensor:
+    """exp without subtracting the row maximum: overflows above about 88."""
+    e = torch.exp(s.masked_fill(_future(s.shape[-1]), -math.inf))
+    return e / e.sum(dim=-1, keepdim=True)
+
+
+def softmax_global_max(s: Tensor) -> Tensor:
+    """One maximum for the whole tensor: rows far below it underflow to 0 / 0."""
+    m = s.masked_fill(_future(s.shape[-1]), -math.inf)
+    e = torch.exp(m - m.max())
+    return e / e.sum(dim=-1, keepdim=True)
+
+
+def softmax_fixed_mask(s: Tensor) -> Tensor:
+    T = s.shape[-1]
+    future = torch.ones(8, 8, dtype=torch.bool).triu(1)[:T, :T]
+    return s.masked_fill(future, -math.inf).softmax(dim=-1)
+
+
+def softmax_where(s: Tensor) -> Tensor:
+    """Unusual but right: torch.where with a lower-triangular mask."""
+    visible = torch.ones(s.shape[-2:], dtype=torch.bool).tril()
+    return torch.where(visible, s, torch.tensor(-math.inf)).softmax(dim=-1)
+
+
+def softmax_manual(s: Tensor) -> Tensor:
+    """Unusual but right: the softmax written out, the visible row maximum subtracted."""
+    m = s.masked_fill(_future(s.shape[-1]), -math.inf)
+    e = torch.exp(m - m.amax(dim=-1, keepdim=True))
+    return e / e.sum(dim=-1, keepdim=True)
+
+
+# Chapter 3 -----------------------------------------------------------------------------------
+
+
+def _scores(q: Tensor, k: Tensor) -> Tensor:
+    return q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+
+
+def attn_mask_by_value(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    w = torch.tril(_scores(q, k))
+    return w.masked_fill(w == 0, -math.inf).softmax(dim=-1) @ v
+
+
+def attn_no_max(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    e = torch.exp(_scores(q, k).masked_fill(_future(q.shape[-2]), -math.inf))
+    return e / e.sum(dim=-1, keepdim=True) @ v
+
+
+def attn_fixed_mask(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    T = q.shape[-2]
+    future = torch.ones(8, 8, dtype=torch.bool).triu(1)[:T, :T]
+    return _scores(q, k).masked_fill(future, -math.inf).softmax(dim=-1) @ v
+
+
+def attn_dropout(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    w = _scores(q, k).masked_fill(_future(q.shape[-2]), -math.inf).softmax(dim=-1)
+    return F.dropout(w, p=0.2, training=True) @ v
+
+
+def attn_scaled_after_softmax(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    w = (q @ k.transpose(-2, -1)).masked_fill(_future(q.shape[-2]), -math.inf).softmax(dim=-1)
+    return w / math.sqrt(q.shape[-1]) @ v
+
+
+def attn_in_place(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    q /= math.sqrt(q.shape[-1])  # scales the caller's q
+    return (q @ k.transpose(-2, -1)).masked_fill(_future(q.shape[-2]), -math.inf).softmax(-1) @ v
+
+
+def attn_manual(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """Unusual but right: einsum scores, softmax written out with the row maximum."""
+    s = torch.einsum("btd,bsd->bts", q, k) / math.sqrt(q.shape[-1])
+    s = s.masked_fill(_future(q.shape[-2]), -math.inf)
+    e = torch.exp(s - s.amax(dim=-1, keepdim=True))
+    return (e / e.sum(dim=-1, keepdim=True)) @ v
+
+
+# Chapter 4 -----------------------------------------------------------------------------------
+
+
+def scores_standardised(q: Tensor, k: Tensor) -> Tensor:
+    """Scores rescaled to mean 0 and variance 1 over the whole tensor: variance ~1 always."""
+    s = q @ k.transpose(-2, -1)
+    return (s - s.mean()) / s.std(correction=0).clamp(min=1e-6)
+
+
+def scores_in_place(q: Tensor, k: Tensor) -> Tensor:
+    q /= math.sqrt(q.shape[-1])
+    return q @ k.transpose(-2, -1)
+
+
+def scores_baddbmm(q: Tensor, k: Tensor) -> Tensor:
+    """Unusual but right: torch.baddbmm with alpha = 1 / sqrt(head_size)."""
+    out = torch.zeros(q.shape[0], q.shape[1], k.shape[1], dtype=q.dtype)
+    return torch.baddbmm(out, q, k.transpose(1, 2), beta=0.0, alpha=q.shape[-1] ** -0.5)
+
+
+# Chapter 5 -----------------------------------------------------------------------------------
+
+
+def merge_in_place(y: Tensor) -> Tensor:
+    B, n_head, T, hs = y.shape
+    return y.transpose_(1, 2).reshape(B, T, n_head * hs)  # transposes the caller's y
+
+
+def split_unflatten(x: Tensor, n_head: int) -> Tensor:
+    """Unusual but right: unflatten the channels, then movedim."""
+    return x.unflatten(-1, (n_head, -1)).movedim(2, 1)
+
+
+def merge_flatten(y: Tensor) -> Tensor:
+    return y.movedim(1, 2).flatten(-2)
+
+
+# Chapter 6 -----------------------------------------------------------------------------------
+
+
+def pe_from_one(T: int, d_model: int, base: float = 10000.0) -> Tensor:
+    """Positions 1..T: still a rotation from row to row, but not the formula."""
+    return sinusoidal_encoding(T + 1, d_model, base)[1:]
+
+
+def pe_renamed_base(T: int, d_model: int, b: float = 10000.0) -> Tensor:
+    return sinusoidal_encoding(T, d_model, b)
+
+
+def pe_ignores_base(T: int, d_model: int, base: float = 10000.0) -> Tensor:
+    return sinusoidal_encoding(T, d_model)
+
+
+def pe_polar(T: int, d_model: int, base: float = 10000.0) -> Tensor:
+    """Unusual but right: e^(i angle) as a complex number, real part cos and imaginary sin."""
+    pos = torch.arange(T, dtype=torch.float64)[:, None]
+    angle = pos * base ** (-torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    z = torch.polar(torch.ones_like(angle), angle)
+    return torch.stack([z.imag, z.real], dim=-1).flatten(1).float()
+
+
+# Chapter 7 -----------------------------------------------------------------------------------
+
+
+def batch_reseeds_global(d: Tensor, b: int, n: int, generator: torch.Generator) -> Any:
+    torch.manual_seed(1337)
+    return _batch(d, b, n, None)
+
+
+def batch_private_generator(d: Tensor, b: int, n: int, generator: torch.Generator) -> Any:
+    return _batch(d, b, n, torch.Generator().manual_seed(1337))
+
+
+def batch_reseeds_generator(d: Tensor, b: int, n: int, generator: torch.Generator) -> Any:
+    generator.manual_seed(1337)
+    return _batch(d, b, n, generator)
+
+
+def batch_renamed(d: Tensor, b: int, n: int, rng: torch.Generator) -> Any:
+    return _batch(d, b, n, rng)
+
+
+def batch_in_place(d: Tensor, b: int, n: int, generator: torch.Generator) -> Any:
+    d[:] = d.roll(1)  # shifts the caller's data
+    return _batch(d, b, n, generator)
+
+
+def batch_unfold(d: Tensor, block_size: int, batch_size: int, generator: torch.Generator) -> Any:
+    """Unusual but right: every window by unfold, then a random choice of rows."""
+    windows = d.unfold(0, block_size + 1, 1)  # (len(d) - block_size, block_size + 1)
+    rows = windows[torch.randint(len(windows), (batch_size,), generator=generator)]
+    return rows[:, :-1], rows[:, 1:]
+
+
+# Chapter 8 -----------------------------------------------------------------------------------
+
+
+def block_detached_branch(block: Block, x: Tensor) -> Tensor:
+    x = x + block.attn(block.ln_1(x)).detach()
+    return x + block.mlp(block.ln_2(x))
+
+
+def block_in_place(block: Block, x: Tensor) -> Tensor:
+    x += block.attn(block.ln_1(x))  # adds to the caller's x
+    return x + block.mlp(block.ln_2(x))
+
+
+def block_edits_weights(block: Block, x: Tensor) -> Tensor:
+    block.ln_1.weight.data.fill_(1.0)  # overwrites the block's learned weights
+    return block(x)
+
+
+def block_sequential(block: Block, x: Tensor) -> Tensor:
+    """Unusual but right: the two residual branches as a loop over (norm, layer) pairs."""
+    for norm, layer in ((block.ln_1, block.attn), (block.ln_2, block.mlp)):
+        x = x + layer(norm(x))
+    return x
+
+
+# Chapter 9 -----------------------------------------------------------------------------------
+
+
+def _cached_scores(q: Tensor, k: Tensor) -> Tensor:
+    return q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+
+
+def cached_mask_by_value(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    T_new, T = q.shape[-2], k.shape[-2]
+    w = torch.tril(_cached_scores(q, k), diagonal=T - T_new)
+    return w.masked_fill(w == 0, -math.inf).softmax(dim=-1) @ v
+
+
+def cached_no_max(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    T_new, T = q.shape[-2], k.shape[-2]
+    s = _cached_scores(q, k).masked_fill(~causal_mask(T_new, T_past=T - T_new), -math.inf)
+    e = torch.exp(s)
+    return e / e.sum(dim=-1, keepdim=True) @ v
+
+
+def cached_fixed_mask(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    T_new, T = q.shape[-2], k.shape[-2]
+    visible = torch.ones(16, 16, dtype=torch.bool).tril()[T - T_new : T, :T]
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=visible)
+
+
+def cached_in_place(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    k /= math.sqrt(q.shape[-1])  # scales the caller's cache
+    T_new, T = q.shape[-2], k.shape[-2]
+    s = (q @ k.transpose(-2, -1)).masked_fill(~causal_mask(T_new, T_past=T - T_new), -math.inf)
+    return s.softmax(dim=-1) @ v
+
+
+def cached_bottom_right(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """Unusual but right: tril with the diagonal moved by T_past."""
+    T_new, T = q.shape[-2], k.shape[-2]
+    visible = torch.ones(T_new, T, dtype=torch.bool).tril(diagonal=T - T_new)
+    s = _cached_scores(q, k).masked_fill(~visible, -math.inf)
+    return s.softmax(dim=-1) @ v
+
+
+# Chapter 10 ----------------------------------------------------------------------------------
+
+
+def rope_ignores_positions(x: Tensor, positions: Tensor) -> Tensor:
+    return apply_rope(x, torch.arange(x.shape[-2]))
+
+
+def rope_in_place(x: Tensor, positions: Tensor) -> Tensor:
+    out = apply_rope(x, positions)
+    x.copy_(out)  # writes the result into the caller's x
+    return x
+
+
+def rope_matrix(x: Tensor, positions: Tensor) -> Tensor:
+    """Unusual but right: one 2x2 rotation matrix per position and pair."""
+    hs = x.shape[-1]
+    freqs = 10000.0 ** (-torch.arange(0, hs, 2, dtype=torch.float64) / hs)
+    a = positions.double()[:, None] * freqs  # (T, hs / 2)
+    rot = torch.stack([a.cos(), -a.sin(), a.sin(), a.cos()], dim=-1).unflatten(-1, (2, 2))
+    pairs = x.double().unflatten(-1, (-1, 2))  # (..., T, hs / 2, 2)
+    return (rot @ pairs[..., None])[..., 0].flatten(-2).to(x.dtype)
+
+
+# --------------------------------------------------------------------------------------------
+# The catalogue: {checker: {label: (answer, property key, a fragment of the hint)}}
+# --------------------------------------------------------------------------------------------
+
+WRONG: dict[str, dict[str, tuple[Any, str, str]]] = {
+    "running_average": {
+        "fixed_mask_sliced": (avg_fixed_mask, "mean", "your function raised RuntimeError"),
+        "output_cached_by_shape": (by_shape(avg_cumsum), "mean", NEUTRAL),
+        "no_grad": (no_grad(avg_cumsum), "mean", GRAD),
+        "through_numpy": (via_numpy(avg_cumsum), "mean", GRAD),
+        "overwrites_input": (avg_in_place, "shape", IN_PLACE),
+    },
+    "causal_softmax": {
+        "masks_by_value": (softmax_mask_by_value, "future_zero", NAN),
+        "no_max_subtracted": (softmax_no_max, "future_zero", NAN),
+        "one_max_for_the_tensor": (softmax_global_max, "future_zero", NAN),
+        "fixed_mask_sliced": (softmax_fixed_mask, "future_zero", "RuntimeError"),
+        "output_cached_by_shape": (by_shape(softmax_book), "softmax", NEUTRAL),
+        "no_grad": (no_grad(softmax_book), "softmax", GRAD),
+        "log_softmax": (
+            lambda s: F.log_softmax(s.masked_fill(_future(s.shape[-1]), -math.inf), -1),
+            "shape",
+            "log_softmax",
+        ),
+    },
+    "causal_attention": {
+        "masks_by_value": (attn_mask_by_value, "weights_sum", NAN),
+        "no_max_subtracted": (attn_no_max, "weights_sum", NAN),
+        "fixed_mask_sliced": (attn_fixed_mask, "weights_sum", "RuntimeError"),
+        "output_cached_by_shape": (by_shape(attention_loop), "weights_sum", NEUTRAL),
+        "dropout": (attn_dropout, "weights_sum", NEUTRAL),
+        "scaled_after_softmax": (attn_scaled_after_softmax, "weights_sum", "after the softmax"),
+        "weights_times_k": (
+            lambda q, k, v: (
+                _scores(q, k).masked_fill(_future(q.shape[-2]), -math.inf).softmax(-1) @ k
+            ),
+            "weights_sum",
+            "weights @ k",
+        ),
+        "through_numpy": (via_numpy(attention_loop), "matches_torch", GRAD),
+        "overwrites_input": (attn_in_place, "shape", IN_PLACE),
+    },
+    "scaled_scores": {
+        "standardised": (scores_standardised, "rows_and_columns", NEUTRAL),
+        "output_cached_by_shape": (
+            by_shape(lambda q, k: q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])),
+            "formula",
+            NEUTRAL,
+        ),
+        "no_grad": (no_grad(lambda q, k: _scores(q, k)), "formula", GRAD),
+        "overwrites_input": (scores_in_place, "shape", IN_PLACE),
+    },
+    "split_heads": {
+        "split_cached_by_shape": ((by_shape(split_book), merge_book), "split_slices", NEUTRAL),
+        "split_without_grad": ((no_grad(split_book), merge_book), "per_head_loop", GRAD),
+        "merge_overwrites_input": ((split_book, merge_in_place), "merge", IN_PLACE),
+    },
+    "sinusoidal_encoding": {
+        "positions_from_1": (pe_from_one, "formula", "positions 1..T"),
+        "renamed_base": (pe_renamed_base, "shift", "keep its parameter names"),
+        "ignores_base": (pe_ignores_base, "shift", "ignores the base argument"),
+    },
+    "get_batch": {
+        "reseeds_global_state": (batch_reseeds_global, "reproducible", "same batch"),
+        "private_generator": (batch_private_generator, "reproducible", "same batch"),
+        "reseeds_the_generator": (batch_reseeds_generator, "reproducible", "same batch"),
+        "renamed_generator": (batch_renamed, "shape", "passes generator=... by keyword"),
+        "overwrites_data": (batch_in_place, "shape", IN_PLACE),
+    },
+    "block_forward": {
+        "detached_branch": (block_detached_branch, "matches_block", GRAD_VALUES),
+        "no_grad": (no_grad(lambda block, x: block(x)), "matches_block", GRAD),
+        "overwrites_input": (block_in_place, "shape", IN_PLACE),
+        "overwrites_weights": (block_edits_weights, "shape", "ln_1.weight"),
+        "output_cached_by_shape": (by_shape(lambda block, x: block(x)), "residual", NEUTRAL),
+    },
+    "cached_attention": {
+        "masks_by_value": (cached_mask_by_value, "shape", NAN),
+        "no_max_subtracted": (cached_no_max, "shape", NAN),
+        "fixed_mask_sliced": (cached_fixed_mask, "shape", "your function raised"),
+        "output_cached_by_shape": (by_shape(cached_book), "no_cache", NEUTRAL),
+        "overwrites_cache": (cached_in_place, "shape", IN_PLACE),
+    },
+    "rope": {
+        "ignores_positions": (rope_ignores_positions, "identity", "positions 0..T-1"),
+        "output_cached_by_shape": (by_shape(apply_rope), "identity", NEUTRAL),
+        "no_grad": (no_grad(apply_rope), "reference", GRAD),
+        "overwrites_input": (rope_in_place, "shape", IN_PLACE),
+    },
+}
+
+RIGHT: dict[str, dict[str, Any]] = {
+    "running_average": {"float64_loop": avg_float64_loop},
+    "causal_softmax": {"where": softmax_where, "written_out": softmax_manual},
+    "causal_attention": {"einsum_written_out": attn_manual},
+    "scaled_scores": {"baddbmm": scores_baddbmm},
+    "split_heads": {"unflatten_movedim": (split_unflatten, merge_flatten)},
+    "sinusoidal_encoding": {"polar": pe_polar},
+    "get_batch": {"unfold": batch_unfold, "book": batch_book},
+    "block_forward": {"loop_over_branches": block_sequential, "written_out": block_written_out},
+    "cached_attention": {"tril_moved_diagonal": cached_bottom_right},
+    "rope": {"rotation_matrices": rope_matrix, "complex": rope_complex},
+}
+
+# The hints given to the wrong answers of test_checking's tables.
+HINTS: dict[str, dict[str, str]] = {
+    "running_average": {
+        "includes_future": "mean over all T tokens",
+        "divides_by_T": "divided by T",
+        "wrong_dim": "over the batch",
+        "excludes_self": "without t itself",
+        "sum_not_mean": "running sum, not the mean",
+        "returns_B_C": NEUTRAL,
+        "newest_counts_twice": NEUTRAL,
+    },
+    "causal_softmax": {
+        "forgets_mask": "softmax with no mask",
+        "masks_with_zero": "masking the future scores with 0",
+        "softmax_over_queries": "over the queries",
+        "masks_after_softmax": "zeroing the future after the softmax",
+        "masks_last_column": NEUTRAL,
+        "hides_itself": "hides the diagonal",
+        "squeezes": NEUTRAL,
+        "uniform_over_visible": NEUTRAL,
+    },
+    "causal_attention": {
+        "forgets_mask": "without the mask",
+        "masks_with_zero": "masking future scores with 0",
+        "softmax_over_queries": "over the queries",
+        "no_scaling": "matches no scaling",
+        "scales_by_head_size": "dividing by head_size",
+        "scales_by_sqrt_C": NEUTRAL,
+        "returns_tuple": "not a tuple",
+    },
+    "scaled_scores": {
+        "no_scaling": "match no scaling",
+        "scales_by_head_size": "dividing by head_size",
+        "scales_by_sqrt_C": "dividing by sqrt(32)",
+        "scales_by_C": "dividing by 32",
+        "keys_in_rows": "match k @ q^T",
+        "transposes_all_dims": NEUTRAL,
+        "off_by_two": NEUTRAL,
+    },
+    "split_heads": {
+        "split_view_without_transpose": "a direct view(B, n_head, T, head_size) mixes tokens",
+        "split_interleaved_channels": "every n_head-th channel",
+        "split_transposes_wrong_axes": NEUTRAL,
+        "merge_without_transpose": "move the head axis back",
+        "merge_view_not_contiguous": "view() needs a contiguous tensor",
+        "merge_wrong_axes": "swapping T with head_size",
+    },
+    "sinusoidal_encoding": {
+        "split_over_positions": "not sin for even positions",
+        "sin_cos_halves": "every sine first",
+        "exponent_i_not_2i": "base**(-i/d_model)",
+        "base_1000": "matches base 1000",
+        "forgets_position": NEUTRAL,
+        "unscaled_positions": NEUTRAL,
+        "transposed": NEUTRAL,
+    },
+    "get_batch": {
+        "targets_not_shifted": NEUTRAL,
+        "targets_shifted_inside_x": NEUTRAL,
+        "windows_past_the_end": NEUTRAL,
+        "windows_wrap_around": NEUTRAL,
+        "ignores_generator": "not from the global random state",
+        "misses_last_start": NEUTRAL,
+        "always_starts_at_0": "same batch",
+        "float_tokens": NEUTRAL,
+    },
+    "block_forward": {
+        "post_ln": "matches post-LN",
+        "missing_residuals": "without residual connections",
+        "missing_mlp_residual": "without residual connections",
+        "one_layer_norm_twice": "using ln_1 before the MLP",
+        "parallel_branches": "both branches reading x",
+        "unweighted_layer_norm": "without the block's learned weights",
+        "returns_tuple": "not a tuple",
+    },
+    "cached_attention": {
+        "is_causal_forgets_offset": "as if T_past were 0",
+        "top_left_mask": "as if T_past were 0",
+        "no_mask": "attention without a mask",
+        "ignores_cache": "over the new tokens only",
+        "no_scaling": "matches no scaling",
+        "transposed_output": NEUTRAL,
+    },
+    "rope": {
+        "halves_wrong_angle": NEUTRAL,
+        "halves_instead_of_pairs": "the two halves",
+        "base_1000": "matches base 1000",
+        "exponent_i_not_2i": "exponent -i/head_size",
+        "turns_backwards": "turning the other way",
+        "adds_positions": "rotate, do not add",
+        "cos_only": "cos on both dimensions",
+        "one_frequency": "one frequency for every pair",
+        "returns_complex": NEUTRAL,
+        "normalises_positions": NEUTRAL,
+    },
+}
+
+
+def _hint(report: str) -> str:
+    """The hint of a report, its lines joined."""
+    lines = report.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("  hint:"))
+    hint = [lines[start][len("  hint:") :].strip()]
+    for line in lines[start + 1 :]:
+        if not line.startswith("            "):
+            break
+        hint.append(line.strip())
+    return " ".join(hint)
+
+
+def _assert_hint(name: str, report: str, fragment: str) -> None:
+    hint = _hint(report)
+    result_names_a_mistake = hint.startswith("Your ") and " match" in hint.split(":")[0]
+    if fragment == NEUTRAL:
+        assert not result_names_a_mistake, f"a neutral hint was expected:\n{report}"
+    else:
+        assert fragment in hint or fragment in report, f"{fragment!r} not in:\n{report}"
+
+
+def _wrong_cases() -> list[Any]:
+    return [
+        pytest.param(name, label, id=f"{name}-{label}")
+        for name, table in WRONG.items()
+        for label in table
+    ]
+
+
+@pytest.mark.parametrize(("name", "label"), _wrong_cases())
+def test_rejects_what_is_wrong_in_general(
+    name: str, label: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    answer, key, fragment = WRONG[name][label]
+    result = _check(name, answer)
+    out = capsys.readouterr().out
+    assert not result, f"{label!r} was accepted:\n{out}"
+    assert result.failed_key == key, f"{label!r} failed on {result.failed_key!r}:\n{out}"
+    _assert_hint(name, out, fragment)
+    assert "Traceback" not in out
+
+
+@pytest.mark.parametrize(
+    ("name", "label"),
+    [pytest.param(n, label, id=f"{n}-{label}") for n, t in RIGHT.items() for label in t],
+)
+def test_accepts_unusual_right_answers(
+    name: str, label: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = _check(name, RIGHT[name][label])
+    out = capsys.readouterr().out
+    assert result, f"{label!r} was rejected:\n{out}"
+
+
+@pytest.mark.parametrize(
+    ("name", "label"),
+    [pytest.param(n, label, id=f"{n}-{label}") for n, t in HINTS.items() for label in t],
+)
+def test_hints_name_the_mistake_made(
+    name: str, label: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    answer, _ = CHECKERS[name][2][label]
+    _check(name, answer)
+    _assert_hint(name, capsys.readouterr().out, HINTS[name][label])
+
+
+@pytest.mark.parametrize("name", list(CHECKERS))
+def test_catalogue_size(name: str) -> None:
+    """At least 8 wrong and 2 right answers per checker, and every table answer has a hint."""
+    _, right, wrong = CHECKERS[name]
+    assert len(wrong) + len(WRONG[name]) >= 8
+    assert len(right) + len(RIGHT[name]) >= 2
+    assert set(HINTS[name]) == set(wrong)
+
+
+@pytest.mark.parametrize("name", list(CHECKERS))
+def test_system_exit_is_reported(name: str, capsys: pytest.CaptureFixture[str]) -> None:
+    answer = (_exit, _exit) if name == "split_heads" else _exit
+    result = _check(name, answer)
+    out = capsys.readouterr().out
+    assert not result and result.failed == result.properties[0]
+    assert "your function raised SystemExit: done" in out
+    assert "exit() or sys.exit()" in out
+
+
+def test_keyboard_interrupt_still_stops_the_check(capsys: pytest.CaptureFixture[str]) -> None:
+    def interrupted(x: Tensor) -> Tensor:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        _check("running_average", interrupted)
+    capsys.readouterr()
+
+
+def test_a_missing_second_function_gets_a_friendly_message(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    result = check_split_heads(split_book)  # type: ignore[call-arg]
+    out = capsys.readouterr().out
+    assert not result and result.n_calls == 0
+    assert out == (
+        "check_split_heads needs both of your functions: "
+        "check_split_heads(split_heads, merge_heads).\n"
+    )
+
+
+def test_something_not_callable_is_reported(capsys: pytest.CaptureFixture[str]) -> None:
+    result = check_get_batch(batch_book(torch.arange(20), 4, 2, torch.Generator()))  # type: ignore[arg-type]
+    out = capsys.readouterr().out
+    assert not result and "an object of type tuple" in out and "without calling it" in out
+
+
+def test_nan_is_reported_up_front(capsys: pytest.CaptureFixture[str]) -> None:
+    result = _check("causal_softmax", lambda s: torch.full_like(s, math.nan))
+    out = capsys.readouterr().out
+    assert not result and result.failed_key == "shape"
+    assert "got:      nan at index [0, 0] (25 of 25 entries are nan or inf)" in out
+
+
+def test_close_numbers_are_shown_with_the_digits_that_differ(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """tanh-GELU inside the block: 4 significant digits would show the same number twice."""
+
+    def tanh_gelu(block: Block, x: Tensor) -> Tensor:
+        h = x + block.attn(block.ln_1(x))
+        mlp = block.mlp
+        return h + mlp.c_proj(F.gelu(mlp.c_fc(block.ln_2(h)), approximate="tanh"))
+
+    result = _check("block_forward", tanh_gelu)
+    out = capsys.readouterr().out
+    assert not result
+    got = out.split("got:")[1].split(" at index")[0].strip()
+    expected = out.split("where ")[1].split(" is expected")[0]
+    assert got != expected, out
