@@ -33,8 +33,9 @@
   const blues = (w) => rgb(interpolate(BLUES, w));
   /** Colour of a value v in -1..1 (matplotlib "RdBu", vmin -1, vmax 1). */
   const rdbu = (v) => rgb(interpolate(RDBU, (v + 1) / 2));
-  /** Black or white text, whichever reads on the Blues colour of w. */
-  const inkOn = (w) => (w > 0.55 ? "#fff" : "#111");
+  /** Black or white text, whichever reads on the Blues colour of w: the switch at 0.72 keeps a
+   * contrast ratio of at least 4.5 (WCAG AA) on every colour of the scale. */
+  const inkOn = (w) => (w > 0.72 ? "#fff" : "#000");
 
   /** Softmax of an array; -Infinity entries get probability exactly 0. All -Infinity: NaNs. */
   function softmax(z) {
@@ -158,7 +159,7 @@
   text-align:center;padding:2px 1px;border:1px solid #bbb;border-radius:3px;cursor:pointer;
   background:#fff;color:#111}
 .afs-char.afs-selected{outline:2px solid #D55E00;outline-offset:1px}
-.afs-char.afs-future{opacity:0.35}
+.afs-char.afs-future{color:#555;background:#eee;border-style:dashed}
 .afs-generated{font-family:ui-monospace,SFMono-Regular,Menlo,monospace;white-space:pre-wrap;
   border-left:3px solid #ccc;padding:4px 8px;min-height:2.8em}
 .afs-generated .afs-prompt{opacity:0.6}

@@ -78,7 +78,7 @@
       grids.append(
         table("mask M (click)", state.allowed, (a, t, j) => {
           const td = el("td", { class: "afs-cell", style: tdStyle +
-            (a ? ";background:#fff;color:#111" : ";background:#999;color:#fff"),
+            (a ? ";background:#fff;color:#111" : ";background:#595959;color:#fff"),
             text: a ? "0" : "−∞", "data-row": t, "data-col": j, role: "button", tabindex: 0,
             "aria-label": `query ${labels[t]}, key ${labels[j]}: ${a ? "visible" : "hidden"}` });
           const toggle = () => {
