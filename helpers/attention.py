@@ -112,19 +112,20 @@ def scaled_dot_product_attention(
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
 
-    scores = q @ k.transpose(-2, -1) * scale  # (..., T_q, T_k)
+    scores = q @ k.transpose(-2, -1)  # (..., T_q, T_k): omega = q . k, unscaled
+    logits = scores * scale  # the softmax input, omega / sqrt(d_k) by default
     if is_causal:
         T_q, T_k = q.shape[-2], k.shape[-2]
         if T_q != T_k:
             raise ValueError(f"is_causal needs as many queries as keys, got T_q={T_q}, T_k={T_k}")
-        scores = scores.masked_fill(~causal_mask(T_q, device=scores.device), float("-inf"))
+        logits = logits.masked_fill(~causal_mask(T_q, device=logits.device), float("-inf"))
     if mask is not None:
-        _check_mask(mask, scores.shape)
+        _check_mask(mask, logits.shape)
         if mask.dtype == torch.bool:
-            scores = scores.masked_fill(~mask, float("-inf"))
+            logits = logits.masked_fill(~mask, float("-inf"))
         else:
-            scores = scores + mask
-    weights = stable_softmax(scores, dim=-1)
+            logits = logits + mask
+    weights = stable_softmax(logits, dim=-1)
     if dropout_p > 0:
         weights = F.dropout(weights, p=dropout_p, training=True)
     return weights @ v, weights
