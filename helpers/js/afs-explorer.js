@@ -4,6 +4,9 @@
  * box, layer and head selectors, the characters of the context coloured by the selected query's
  * attention weights (Blues, fixed 0-1 scale), the attention matrix of the selected head, the
  * next-character distribution, temperature and top-k sliders and a seeded "generate" button.
+ * The selected position follows the end of the text after every edit, until the reader picks a
+ * character (click, or Enter on a focused one); "follow the last character" goes back to that.
+ * The number fields accept whole numbers in their stated range only, and say so in the page.
  * payload is the object helpers.export.export_gpt wrote (globalThis.AFS_GPT_MODEL).
  * Needs afs-common.js and afs-gpt.js.
  */
@@ -13,6 +16,8 @@
   if (AFS.explorer) return;
   const { el, svg, fmt, blues, inkOn, showChar, colorbar, seededRandom } = AFS.common;
   const DEFAULT_TEXT = "ROMEO:\nBut, soft! what light through yonder window breaks?";
+  const MAX_SEED = 4294967295; // the generator's state is 32 bits: 0 .. 2**32 - 1
+  const MAX_GENERATE = 500;
 
   function mount(root, payload, options = {}) {
     if (typeof root === "string") root = document.getElementById(root);
@@ -36,7 +41,7 @@
     const cfg = model.config;
     const state = {
       text: options.text ?? DEFAULT_TEXT, layer: options.layer ?? cfg.n_layer - 1, head: 0,
-      query: null, temperature: 1.0, top_k: cfg.vocab_size, seed: options.seed ?? 42,
+      query: null, picked: null, temperature: 1.0, top_k: cfg.vocab_size, seed: options.seed ?? 42,
       logits: null, ids: null, error: null,
     };
 
@@ -63,11 +68,14 @@
     const topkIn = el("input", { type: "range", min: 1, max: cfg.vocab_size, step: 1,
       value: cfg.vocab_size, "aria-label": "top-k" });
     const topkOut = el("span", { class: "afs-mono" });
-    const seedIn = el("input", { type: "number", min: 0, max: 4294967295, step: 1,
+    const followIn = el("input", { type: "checkbox", checked: true });
+    const seedIn = el("input", { type: "number", min: 0, max: MAX_SEED, step: 1,
       value: state.seed, "aria-label": "seed" });
-    const lengthIn = el("input", { type: "number", min: 1, max: 500, step: 1, value: 120,
-      "aria-label": "characters to generate" });
-    const genBtn = el("button", { type: "button", text: "generate" });
+    const lengthIn = el("input", { type: "number", min: 1, max: MAX_GENERATE, step: 1,
+      value: 120, "aria-label": "characters to generate" });
+    const genBtn = el("button", { type: "button", class: "afs-generate", text: "generate" });
+    const genMessage = el("p", { class: "afs-message afs-gen-message", role: "alert",
+      "aria-live": "polite" });
     const genInfo = el("p", { class: "afs-note" });
     const generated = el("div", { class: "afs-generated", "aria-live": "polite" });
 
@@ -79,6 +87,7 @@
       ]),
       message,
       el("div", { class: "afs-row" }, [layerSel, headSel,
+        el("label", {}, [followIn, "follow the last character"]),
         el("span", { class: "afs-note",
           text: "Hover over or click a character: the boxes show its attention weights." })]),
       chars,
@@ -90,10 +99,11 @@
         el("label", {}, ["top-k", topkIn, topkOut]),
       ]),
       el("div", { class: "afs-row" }, [
-        el("label", {}, ["seed", seedIn]),
-        el("label", {}, ["characters", lengthIn]),
+        el("label", {}, [`seed (0 to ${MAX_SEED})`, seedIn]),
+        el("label", {}, [`characters (1 to ${MAX_GENERATE})`, lengthIn]),
         genBtn,
       ]),
+      genMessage,
       genInfo,
       generated,
     );
@@ -125,18 +135,69 @@
       root.classList.toggle("afs-invalid", Boolean(state.error));
       if (state.error) {
         state.ids = state.logits = null;
-        genBtn.disabled = true;
+        if (generating) generating.stop = true; // its prompt is gone: stop at once
+        updateButton();
         drawAll();
         return;
       }
-      genBtn.disabled = false;
       state.ids = tokenizer.encode(state.text);
       state.logits = model.forward(state.ids, { need_weights: true });
       state.weights = model.blocks.map((b) => b.attn.last_weights);
-      if (state.query === null || state.query >= state.ids.length) {
-        state.query = state.ids.length - 1;
-      }
+      if (state.picked !== null && state.picked >= state.ids.length) follow(true);
+      state.query = state.picked ?? state.ids.length - 1;
+      updateButton();
       drawAll();
+    }
+
+    /** Follow the end of the text (true), or keep the position the reader picked (false). */
+    function follow(on) {
+      followIn.checked = on;
+      if (on) state.picked = null;
+    }
+
+    /** Show position t; a pick (click, Enter) also keeps it there while the text is edited. */
+    function select(t, pick) {
+      if (pick) {
+        state.picked = t;
+        follow(false);
+      }
+      if (state.query !== t) {
+        state.query = t;
+        drawAll();
+      }
+    }
+
+    /** A whole number within [lo, hi] from a number field, or the message saying what is wrong. */
+    function readInt(input, name, lo, hi) {
+      const raw = input.value.trim();
+      const range = `a whole number from ${lo} to ${hi}`;
+      if (raw === "") {
+        return { error: input.validity && input.validity.badInput
+          ? `The ${name} must be ${range}; what is typed is not a number.`
+          : `The ${name} is empty: type ${range}.` };
+      }
+      const v = Number(raw);
+      if (!Number.isInteger(v) || v < lo || v > hi) {
+        return { error: `The ${name} must be ${range}; got ${raw}.` };
+      }
+      return { value: v };
+    }
+
+    function readNumbers() {
+      const seed = readInt(seedIn, "seed", 0, MAX_SEED);
+      const n = readInt(lengthIn, "number of characters", 1, MAX_GENERATE);
+      const errors = [seed.error, n.error].filter(Boolean);
+      seedIn.setAttribute("aria-invalid", String(Boolean(seed.error)));
+      lengthIn.setAttribute("aria-invalid", String(Boolean(n.error)));
+      genMessage.textContent = errors.join(" ");
+      return errors.length ? null : { seed: seed.value, n: n.value };
+    }
+
+    /** The button generates when text and numbers are valid, and can always stop a run. */
+    function updateButton() {
+      const numbers = readNumbers();
+      genBtn.disabled = !generating && (Boolean(state.error) || numbers === null);
+      genBtn.textContent = generating ? "stop" : "generate";
     }
 
     // ---- drawing --------------------------------------------------------------------------
@@ -147,6 +208,8 @@
     }
 
     function drawChars() {
+      const focused = chars.contains(document.activeElement)
+        ? Number(document.activeElement.dataset.pos) : null;
       chars.textContent = "";
       queryInfo.textContent = "";
       if (!state.ids) return;
@@ -165,17 +228,19 @@
           box.style.background = blues(weight);
           box.style.color = inkOn(weight);
         }
-        const select = () => {
-          if (state.query !== t) {
-            state.query = t;
-            drawAll();
+        box.addEventListener("mouseenter", () => select(t, false));
+        // mousedown, not click: focusing the box redraws the boxes before a click could land.
+        box.addEventListener("mousedown", () => select(t, true));
+        box.addEventListener("focus", () => select(t, false));
+        box.addEventListener("keydown", (ev) => {
+          if (ev.key === "Enter" || ev.key === " ") {
+            ev.preventDefault();
+            select(t, true);
           }
-        };
-        box.addEventListener("mouseenter", select);
-        box.addEventListener("click", select);
-        box.addEventListener("focus", select);
+        });
         chars.append(box);
       });
+      if (focused !== null && chars.children[focused]) chars.children[focused].focus();
       const c = state.text[state.query] ?? Array.from(state.text)[state.query];
       queryInfo.textContent = `query: position ${state.query} ("${showChar(c)}"), layer ` +
         `${state.layer}, head ${state.head}; the weights of the visible keys sum to 1`;
@@ -217,10 +282,7 @@
       image.addEventListener("click", (ev) => {
         const box = image.getBoundingClientRect();
         const t = Math.floor((ev.clientY - box.top - pad) / cell);
-        if (t >= 0 && t < T) {
-          state.query = t;
-          drawAll();
-        }
+        if (t >= 0 && t < T) select(t, true);
       });
       matrix.append(el("div", { class: "afs-note", text: "attention weights (rows: queries)" }),
         image);
@@ -279,10 +341,9 @@
         generating.stop = true;
         return;
       }
-      if (!state.ids) return;
-      const seed = Math.max(0, Math.floor(Number(seedIn.value) || 0)) >>> 0;
-      seedIn.value = seed;
-      const n = Math.min(500, Math.max(1, Math.floor(Number(lengthIn.value) || 1)));
+      const numbers = readNumbers();
+      if (!state.ids || numbers === null) return;
+      const { seed, n } = numbers;
       const random = seededRandom(seed);
       const opts = { temperature: state.temperature,
         top_k: state.top_k >= cfg.vocab_size ? null : state.top_k, random };
@@ -296,11 +357,11 @@
         `seeded generator, not PyTorch's)`;
       const job = { stop: false, count: 0 };
       generating = job;
-      genBtn.textContent = "stop";
+      updateButton();
       const step = () => {
         if (job.stop || job.count >= n) {
           generating = null;
-          genBtn.textContent = "generate";
+          updateButton();
           root.dataset.generated = out.textContent;
           return;
         }
@@ -315,6 +376,9 @@
 
     // ---- wiring -----------------------------------------------------------------------------
     textbox.addEventListener("input", run);
+    chars.addEventListener("mouseleave", () => {
+      if (state.ids) select(state.picked ?? state.ids.length - 1, false);
+    });
     layerSel.addEventListener("change", () => {
       state.layer = Number(layerSel.value);
       drawAll();
@@ -339,15 +403,21 @@
       drawBars();
     });
     genBtn.addEventListener("click", generate);
+    seedIn.addEventListener("input", updateButton);
+    lengthIn.addEventListener("input", updateButton);
+    followIn.addEventListener("change", () => {
+      follow(followIn.checked);
+      if (state.ids) select(state.picked ?? state.ids.length - 1, false);
+    });
     readSliders();
     run();
 
-    const api = { model, tokenizer, state, run, generate,
+    const api = { model, tokenizer, state, run, generate, select,
       setText(text) { textbox.value = text; run(); },
       probs: () => (state.ids ? Array.from(currentProbs()) : null) };
     root.afsExplorer = api;
     return api;
   }
 
-  AFS.explorer = { mount, DEFAULT_TEXT };
+  AFS.explorer = { mount, DEFAULT_TEXT, MAX_SEED, MAX_GENERATE };
 })();
