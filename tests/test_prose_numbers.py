@@ -20,8 +20,8 @@ seed, a new size, a fixed bug). This test reads the markdown cells of the notebo
 What is not scanned, and why:
 
 - **Small integers, 0 to 10**, outside math: they count things the text shows ("4 sequences",
-  "row 2", "ways 2 and 3", "three heads" written as digits). A small integer followed by ``%``,
-  ``x``, ``×`` or "times" is a measurement and is scanned.
+  "row 2", "ways 2 and 3"). A small integer followed by ``%``, ``x``, ``×`` or "times" is a
+  measurement and is scanned.
 - **Integers inside math** (``$...$``, ``$$...$$``, ``{math}``): indices, exponents and constants
   of a definition (``t+1``, ``1/\\sqrt{d_k}``, ``e^0 = 1``). Decimals inside math are scanned,
   and so is an integer above 10 that is the whole right-hand side of ``=`` or ``\\approx``
