@@ -9,6 +9,7 @@ import line and one ``__all__`` entry below.
 from helpers.checking._core import NOT_IMPLEMENTED_MESSAGE, CheckResult
 from helpers.checking.averaging import check_running_average
 from helpers.checking.bigram import check_get_batch
+from helpers.checking.bpe import check_bpe_encode
 from helpers.checking.causal_masking import check_causal_softmax
 from helpers.checking.cost_and_generation import check_cached_attention
 from helpers.checking.distributed import check_average_gradients
@@ -25,6 +26,7 @@ __all__ = [
     "CheckResult",
     "check_average_gradients",
     "check_block_forward",
+    "check_bpe_encode",
     "check_cached_attention",
     "check_causal_attention",
     "check_causal_softmax",
