@@ -18,6 +18,8 @@ from diagrams.style import (
     text,
 )
 
+MIN_FONT = 10.0
+
 
 def _plus(ax, x: float, y: float) -> None:
     ax.add_patch(Circle((x, y), 0.13, facecolor="white", edgecolor=RESIDUAL_COLOR, lw=1.6))
@@ -25,7 +27,8 @@ def _plus(ax, x: float, y: float) -> None:
 
 
 def draw() -> Figure:
-    fig, ax = canvas(9.0, 5.9)
+    fig, ax = canvas(9.0, 6.25)
+    ax.set_ylim(-0.35, 5.9)  # room below the logits for the two-line notes
 
     # Left: the whole model, top to bottom.
     cx, w = 1.85, 2.6
@@ -106,7 +109,7 @@ def draw() -> Figure:
     box(
         ax, cx - w / 2, 0.35, w, 0.42, "logits   (B, T, vocab_size)", color=INK, fill=0.04, size=8.5
     )
-    text(ax, cx, 0.12, "row t: scores for the character after position t", size=7, color=MUTED)
+    text(ax, cx, -0.02, "row t: scores for the character\nafter position t", size=7, color=MUTED)
 
     # Zoom lines from the block to the detail.
     ax.plot([cx + w / 2, 4.35], [3.7, 5.55], color=MUTED, lw=0.8, ls=":")
@@ -146,9 +149,13 @@ def draw() -> Figure:
     text(
         ax,
         6.6,
-        0.25,
-        "Each branch reads a normalised copy of x and adds its result back to x.",
+        0.12,
+        "Each branch reads a normalised copy of x\nand adds its result back to x.",
         size=7,
         color=MUTED,
     )
+    # Every label at least MIN_FONT points: at the book's column width (about 730 px for the
+    # figure's 9 inches) that is about 11 px on screen.
+    for label in ax.texts:
+        label.set_fontsize(max(label.get_fontsize(), MIN_FONT))
     return fig
