@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from helpers.model import GPT, GPTConfig
+from helpers.model import GPT, SIZE_FIELDS, GPTConfig
 from helpers.tokenizer import CharTokenizer
 
 FORMAT = "attention-from-scratch-gpt"
@@ -37,7 +37,7 @@ _TIED = {"lm_head.weight": "tok_emb.weight"}
 # The configuration fields the file stores. The explorer page implements chapter 8's
 # architecture (learned positions, LayerNorm, GELU MLP, no QK-norm), so only models with
 # GPTConfig's default architecture are exported; their size is all that varies.
-_CONFIG_FIELDS = ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "dropout", "bias")
+_CONFIG_FIELDS = SIZE_FIELDS
 
 
 def export_gpt(

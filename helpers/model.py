@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import numbers
 import pickle
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import torch
@@ -30,6 +30,8 @@ from helpers.rope import RotaryEmbedding
 from helpers.tokenizer import CharTokenizer
 from helpers.validation import check_non_negative_int, check_positive_int
 
+# The fields of a model's size (the rest choose its architecture).
+SIZE_FIELDS = ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "dropout", "bias")
 POSITIONS = ("learned", "rope", "none")
 NORMS = ("layernorm", "rmsnorm")
 MLPS = ("gelu", "gelu_tanh", "relu2", "swiglu")
@@ -122,6 +124,17 @@ class GPTConfig:
             raise ValueError(
                 f"RoPE needs an even head_size, got n_embd // n_head = {self.n_embd // self.n_head}"
             )
+
+    def __repr__(self) -> str:
+        """The size fields always, an architecture switch only where it differs from its
+        default: ``GPTConfig()`` prints as chapter 8's model, ``GPTConfig(pos="rope")`` shows
+        what changed."""
+        shown = [
+            f"{f.name}={getattr(self, f.name)!r}"
+            for f in fields(self)
+            if f.name in SIZE_FIELDS or getattr(self, f.name) != f.default
+        ]
+        return f"GPTConfig({', '.join(shown)})"
 
     @property
     def head_size(self) -> int:

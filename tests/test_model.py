@@ -399,6 +399,16 @@ def test_every_architecture_rejects_bad_ids_alike(pos: str, idx: object, message
 # ---------------------------------------------------------------------------- GPT-2's switches
 
 
+def test_config_repr_shows_the_size_and_the_changed_switches() -> None:
+    assert repr(GPTConfig()) == (
+        "GPTConfig(vocab_size=65, block_size=64, n_layer=4, n_head=4, n_embd=64, dropout=0.0, "
+        "bias=False)"
+    )
+    assert repr(GPTConfig(pos="rope", qk_scale=0.5)).endswith(
+        "bias=False, pos='rope', qk_scale=0.5)"
+    )
+
+
 def test_gpt2_size_has_gpt2s_parameter_count() -> None:
     cfg = GPTConfig(
         vocab_size=50257, block_size=1024, n_layer=12, n_head=12, n_embd=768,
