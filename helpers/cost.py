@@ -20,13 +20,28 @@ of the block that the diagonal cuts; PyTorch's CPU flash-attention kernel works 
 
 from __future__ import annotations
 
-from helpers.model import GPTConfig
+from dataclasses import fields
+
+from helpers.model import SIZE_FIELDS, GPTConfig
 from helpers.validation import check_positive_int
 
 
 def _check_config(config: GPTConfig) -> None:
+    """The counts below follow chapter 8's architecture (learned positions, LayerNorm, a 4x
+    GELU MLP, no QK-norm); refuse a configuration that switches any of it."""
     if not isinstance(config, GPTConfig):
         raise ValueError(f"expected a GPTConfig, got {type(config).__name__}")
+    default = GPTConfig()
+    changed = {
+        f.name: getattr(config, f.name)
+        for f in fields(config)
+        if f.name not in SIZE_FIELDS + ("norm_eps",)
+        and getattr(config, f.name) != getattr(default, f.name)
+    }
+    if changed.get("mlp") == "gelu_tanh":
+        del changed["mlp"]  # the same weights and matrix products as the exact GELU
+    if changed:
+        raise ValueError(f"the counts follow chapter 8's architecture; this config sets {changed}")
 
 
 def attention_pairs(T: int, *, causal: bool = False, blocks: tuple[int, int] | None = None) -> int:
@@ -155,11 +170,12 @@ def flops_per_new_token(config: GPTConfig, T: int, *, use_cache: bool) -> int:
     """FLOPs of one decode step: the next-token logits for a context of ``T`` tokens, the newest
     one included (with a cache, the other ``T - 1`` are already cached).
 
-    Without a cache the model reruns the whole context (``forward_flops(config, T)``, as
-    ``GPT.generate`` does, dense attention). With a key/value cache only the newest token goes
-    through the model: ``2 N_mm`` for its projections, MLPs and LM head, plus ``4 L T C`` for its
-    one query row against the ``T`` keys and values, its own included (all visible: no mask,
-    nothing to skip). The ratio of the two is exactly ``T``.
+    Without a cache the model reruns the whole context (``forward_flops(config, T)``: a forward
+    pass with dense attention, as chapter 9 times it; ``GPT.generate`` computes the LM head for
+    the newest position only, ``2 (T - 1) C vocab_size`` FLOPs fewer). With a key/value cache
+    only the newest token goes through the model: ``2 N_mm`` for its projections, MLPs and LM
+    head, plus ``4 L T C`` for its one query row against the ``T`` keys and values, its own
+    included (all visible: no mask, nothing to skip). The ratio of the two is exactly ``T``.
 
     Raises:
         ValueError: if ``T`` is not in ``1..block_size``.

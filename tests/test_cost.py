@@ -172,3 +172,15 @@ def test_cache_saves_flops_for_long_contexts() -> None:
 def test_counting_errors(call, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         call()
+
+
+@pytest.mark.parametrize("switch", [{"pos": "rope"}, {"mlp": "swiglu"}, {"qk_norm": True}])
+def test_counts_refuse_another_architecture(switch: dict) -> None:
+    with pytest.raises(ValueError, match="the counts follow chapter 8's architecture"):
+        param_count(GPTConfig(**switch))
+    with pytest.raises(ValueError, match="the counts follow chapter 8's architecture"):
+        forward_flops(GPTConfig(**switch), 8)
+
+
+def test_tanh_gelu_counts_like_gelu() -> None:
+    assert param_count(GPTConfig(mlp="gelu_tanh")) == param_count(GPTConfig())
