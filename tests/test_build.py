@@ -40,3 +40,10 @@ def test_offline_mathjax_is_bundled(book_build) -> None:
     page = (book_build.html_dir / "book" / "intro.html").read_text()
     assert "_static/mathjax/tex-chtml.js" in page
     assert "cdn.jsdelivr.net/npm/mathjax" not in page
+
+
+def test_citation_names_the_configured_repository() -> None:
+    """The repository URL is written once, in _config.yml; CITATION.cff must agree with it."""
+    url = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
+    citation = yaml.safe_load((ROOT / "CITATION.cff").read_text())
+    assert citation["repository-code"] == url, "CITATION.cff and _config.yml name different URLs"
