@@ -197,6 +197,15 @@ def _blank(match: re.Match) -> str:
     return " " * len(match.group(0))
 
 
+def formatted_glue_names(markdown: str) -> set[str]:
+    """Glue names used with a number format, as in ``{glue:text}`loss:.2f```."""
+    return {
+        m.group("body").split(":")[0]
+        for m in ROLE.finditer(markdown)
+        if m.group("name").startswith("glue") and ":" in m.group("body")
+    }
+
+
 def prose_parts(markdown: str) -> tuple[str, str, set[str]]:
     """Split a markdown cell into (prose, math, glue names), with markup and code blanked."""
     glue_names = {
@@ -364,11 +373,14 @@ def unbacked_numbers(notebook: Path) -> list[Finding]:
     for code in code_cells:
         settings |= setting_literals(code)
         glued |= set(GLUE_CALL.findall(code))
+    recorded: dict[str, str] = {}  # glue name -> the text myst-nb will format
     for cell in cells:  # names glued at run time (glue(f"loss_{seed}", ...)), from the outputs
         for output in cell.get("outputs", []):
             name = output.get("metadata", {}).get("scrapbook", {}).get("name")
             if name:
                 glued.add(name)
+                text = output.get("data", {}).get("application/papermill.record/text/plain", "")
+                recorded[name] = "".join(text) if isinstance(text, list) else text
     findings: list[Finding] = []
     asserted: set[Decimal] = set()
     for index, cell in enumerate(cells):
@@ -380,6 +392,13 @@ def unbacked_numbers(notebook: Path) -> list[Finding]:
         prose, math, glue_names = prose_parts(_source(cell))
         for name in sorted(glue_names - glued):
             findings.append(Finding(index, name, "a glue role whose name no code cell glues"))
+        for name in sorted(formatted_glue_names(_source(cell)) & set(recorded)):
+            try:  # myst-nb formats "{glue:text}`name:.2f`" by float() of the recorded text
+                float(recorded[name])
+            except ValueError:
+                findings.append(
+                    Finding(index, name, f"glued as {recorded[name]!r}, which no format accepts")
+                )
         for written, value, percent, context in candidate_numbers(prose, math):
             backing = asserted | settings
             if not context.startswith("WRONG") and (
@@ -475,3 +494,24 @@ def test_formulas_and_thin_spaces_in_math(tmp_path: Path) -> None:
         ("markdown", "With $\\omega_i = 10000^{-2i/d}$ and $N = 20\\,000$ draws."),
     ]
     assert [f.number for f in unbacked_numbers(_notebook(tmp_path, cells))] == ["20000"]
+
+
+def test_a_glued_value_that_cannot_be_formatted_is_caught(tmp_path: Path) -> None:
+    record = {"application/papermill.record/text/plain": "np.float64(87.4)"}
+    cells = [
+        {
+            "cell_type": "code",
+            "source": "glue('p', x)",
+            "outputs": [
+                {
+                    "output_type": "display_data",
+                    "data": record,
+                    "metadata": {"scrapbook": {"name": "p"}},
+                }
+            ],
+        },
+        {"cell_type": "markdown", "source": "It is {glue:text}`p:.0f`%."},
+    ]
+    path = tmp_path / "nb.ipynb"
+    path.write_text(json.dumps({"cells": cells}))
+    assert [f.number for f in unbacked_numbers(path)] == ["p"]
