@@ -69,3 +69,18 @@ def _strict_build(out: Path) -> tuple[int, str]:
         timeout=900,
     )
     return proc.returncode, proc.stdout + proc.stderr
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless Chromium for the browser tests (tests/test_browser*.py), one per test module (so
+    that no two Playwright sessions are open at once)."""
+    from browser_support import CHROMIUM, CHROMIUM_ARGS
+
+    sync_api = pytest.importorskip("playwright.sync_api")
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"chromium not found at {CHROMIUM}: install Debian's chromium (make chromium)")
+    with sync_api.sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        yield chromium
+        chromium.close()

@@ -3,11 +3,13 @@
 - The built explorer page (book/part2/explorer.md): its JavaScript forward pass gives the logits
   and attention weights of helpers.model.GPT on the same exported weights (max abs difference
   at most 1e-4), typing, the selectors, sliders and the generate button change what is drawn,
-  and bad input shows a message in the page.
+  the selected position follows the end of the text until the reader picks one, bad text and
+  bad numbers show a message in the page (never a silent change), and "stop" always stops.
 - The figures of helpers.interactive, on a test page written from their HTML: each computes what
   the chapter's PyTorch code computes for the same settings, and reacts to its controls.
 
-No page may log a console error or send a request off the machine.
+No page may log a console error or send a request off the machine, and each passes axe-core's
+accessibility audit with no serious or critical violation.
 """
 
 from __future__ import annotations
@@ -19,9 +21,8 @@ import matplotlib
 import numpy as np
 import pytest
 import torch
-from test_browser import ALLOWED_CONSOLE_ERRORS, browser  # noqa: F401  (the browser fixture)
+from browser_support import Page, axe_violations
 
-from conftest import BookBuild
 from helpers.export import load_gpt
 from helpers.interactive import (
     causal_mask_widget,
@@ -40,58 +41,24 @@ TEXTS = [
 ]
 
 
-class Page:
-    """A page opened with the network blocked, recording console errors and outside requests."""
-
-    def __init__(self, chromium, url: str) -> None:
-        self.context = chromium.new_context(viewport={"width": 1100, "height": 900})
-        self.external: list[str] = []
-        self.errors: list[str] = []
-
-        def block(route) -> None:
-            if route.request.url.startswith(("file:", "data:", "blob:", "about:")):
-                route.continue_()
-            else:
-                self.external.append(route.request.url)
-                route.abort()
-
-        self.context.route("**/*", block)
-        self.page = self.context.new_page()
-        self.page.on("console", self._console)
-        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
-        self.page.goto(url, wait_until="load")
-
-    def _console(self, msg) -> None:
-        if msg.type == "error":
-            self.errors.append(msg.text)
-
-    def problems(self) -> list[str]:
-        self.page.wait_for_timeout(100)
-        errors = [e for e in self.errors if not any(a in e for a in ALLOWED_CONSOLE_ERRORS)]
-        return [f"console error: {e}" for e in errors] + [f"request: {u}" for u in self.external]
-
-    def close(self) -> None:
-        self.context.close()
-
-
 # ---- the explorer page ----------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
-def explorer_path(book_build: BookBuild) -> Path:
+def explorer_path(book_build) -> Path:
     path = book_build.html_dir / EXPLORER
     assert path.is_file(), f"the build made no {EXPLORER}:\n{book_build.log[-3000:]}"
     return path
 
 
 @pytest.fixture(scope="module")
-def torch_model(book_build: BookBuild, explorer_path: Path):
+def torch_model(book_build, explorer_path: Path):
     """The PyTorch model loaded from the very file the built page loads."""
     return load_gpt(book_build.html_dir / "_static" / "gpt_shakespeare.js")
 
 
 @pytest.fixture
-def explorer(browser, explorer_path: Path):  # noqa: F811
+def explorer(browser, explorer_path: Path):
     page = Page(browser, explorer_path.as_uri())
     page.page.wait_for_function("() => document.getElementById('afs-explorer').afsExplorer")
     yield page
@@ -272,6 +239,127 @@ def test_explorer_bad_input_shows_a_message(explorer, text: str, message: str) -
     assert not page.is_disabled("button:has-text('generate')")
 
 
+def selected(page) -> int:
+    return int(page.locator(".afs-char.afs-selected").get_attribute("data-pos"))
+
+
+def test_explorer_selection_follows_the_end_of_the_text(explorer) -> None:
+    page = explorer.page
+    box = page.locator("textarea")
+    follow = page.get_by_label("follow the last character")
+    assert selected(page) == len(TEXTS[0]) - 1 and follow.is_checked()
+
+    # Select all and type a new prompt: the prediction is after its last character.
+    box.click()
+    page.keyboard.press("Control+A")
+    page.keyboard.type("To be, or not")
+    assert selected(page) == len("To be, or not") - 1
+    # Append: the selection moves to the new end.
+    page.keyboard.press("End")
+    page.keyboard.type(" to be")
+    assert selected(page) == len("To be, or not to be") - 1
+
+    # The reader picks a character: it stays picked while the text grows.
+    page.locator(".afs-char").nth(3).click()
+    page.mouse.move(0, 0)
+    assert selected(page) == 3 and not follow.is_checked()
+    box.click()
+    page.keyboard.press("End")
+    page.keyboard.type(", that is")
+    assert selected(page) == 3
+    # ... until the picked position no longer exists, or the reader asks to follow again.
+    follow.check()
+    assert selected(page) == len("To be, or not to be, that is") - 1
+    page.locator(".afs-char").nth(5).click()
+    page.mouse.move(0, 0)
+    page.fill("textarea", "Yes")
+    assert selected(page) == 2 and follow.is_checked()
+
+    # Keyboard: Tab to a character, Enter picks it, and the focus stays on it.
+    page.locator(".afs-char").nth(1).focus()
+    page.keyboard.press("Enter")
+    assert selected(page) == 1 and not follow.is_checked()
+    assert page.evaluate("() => document.activeElement.dataset.pos") == "1"
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("seed", "99999999999", "seed must be a whole number from 0 to 4294967295; got 99999"),
+        ("seed", "4294967296", "seed must be a whole number from 0 to 4294967295"),
+        ("seed", "-5", "seed must be a whole number from 0 to 4294967295; got -5."),
+        ("seed", "1.5", "seed must be a whole number from 0 to 4294967295; got 1.5."),
+        ("seed", "", "The seed is empty"),
+        ("characters to generate", "0", "characters must be a whole number from 1 to 500"),
+        ("characters to generate", "", "The number of characters is empty"),
+        ("characters to generate", "100000", "from 1 to 500; got 100000."),
+        ("characters to generate", "2.5", "from 1 to 500; got 2.5."),
+    ],
+)
+def test_explorer_rejects_bad_numbers_in_the_page(explorer, field, value, message) -> None:
+    page = explorer.page
+    field_box = page.locator(f"input[aria-label='{field}']")
+    field_box.fill(value)
+    shown = page.inner_text(".afs-gen-message")
+    assert message in shown, shown
+    assert page.is_disabled("button:has-text('generate')")
+    assert field_box.input_value() == value  # the box keeps what was typed: nothing changed
+    assert field_box.get_attribute("aria-invalid") == "true"
+    # The largest values of each range are accepted, as stated.
+    field_box.fill("4294967295" if field == "seed" else "500")
+    assert page.inner_text(".afs-gen-message") == ""
+    assert not page.is_disabled("button:has-text('generate')")
+
+
+def test_explorer_stop_always_stops(explorer) -> None:
+    page = explorer.page
+    button = page.locator("button.afs-generate")
+    page.fill("input[aria-label='characters to generate']", "500")
+    length = "() => document.querySelector('.afs-output').textContent.length"
+    done = "() => 'generated' in document.getElementById('afs-explorer').dataset"
+
+    # The reader presses stop.
+    page.click("button:has-text('generate')")
+    page.wait_for_function(f"({length})() >= 5")
+    assert button.inner_text() == "stop" and button.is_enabled()
+    button.click()
+    page.wait_for_function(done)
+    assert (
+        len(page.evaluate("() => document.getElementById('afs-explorer').dataset.generated")) < 500
+    )
+    assert button.inner_text() == "generate" and button.is_enabled()
+
+    # The text turns invalid while generating: the generation stops, the button is disabled.
+    page.evaluate("() => delete document.getElementById('afs-explorer').dataset.generated")
+    button.click()
+    page.wait_for_function(f"({length})() >= 5")
+    page.fill("textarea", "Caf\u00e9")
+    page.wait_for_function(done)
+    stopped_at = page.evaluate(length)
+    page.wait_for_timeout(200)
+    assert page.evaluate(length) == stopped_at < 500
+    assert button.inner_text() == "generate" and button.is_disabled()
+
+    # A bad number while generating leaves stop working.
+    page.fill("textarea", "Good again")
+    page.evaluate("() => delete document.getElementById('afs-explorer').dataset.generated")
+    button.click()
+    page.wait_for_function(f"({length})() >= 5")
+    page.fill("input[aria-label=seed]", "-1")
+    assert button.inner_text() == "stop" and button.is_enabled()
+    button.click()
+    page.wait_for_function(done)
+    assert button.inner_text() == "generate" and button.is_disabled()
+
+
+def test_explorer_passes_the_accessibility_audit(explorer) -> None:
+    page = explorer.page
+    page.locator(".afs-char").nth(10).click()  # later characters are drawn as masked
+    page.mouse.move(0, 0)
+    assert page.locator(".afs-char.afs-future").count() > 0
+    assert axe_violations(page) == []
+
+
 def test_attention_colour_scale_is_matplotlibs_blues(explorer) -> None:
     xs = np.linspace(0, 1, 21)
     got = explorer.page.evaluate(
@@ -300,7 +388,7 @@ def chapter_numbers() -> dict:
 
 
 @pytest.fixture(scope="module")
-def widget_page(browser, chapter_numbers, tmp_path_factory):  # noqa: F811
+def widget_page(browser, chapter_numbers, tmp_path_factory):
     figures = [
         causal_mask_widget(chapter_numbers["scores"], labels=chapter_numbers["words"]),
         softmax_temperature_widget(chapter_numbers["z"], scale=8.0),
@@ -309,7 +397,8 @@ def widget_page(browser, chapter_numbers, tmp_path_factory):  # noqa: F811
     body = "\n".join(f._repr_html_() for f in figures)
     path = tmp_path_factory.mktemp("widgets") / "widgets.html"
     path.write_text(
-        f"<!doctype html><html><head><meta charset='utf-8'></head><body>{body}</body></html>",
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'><title>figures</title>"
+        f"</head><body><main>{body}</main></body></html>",
         encoding="utf-8",
     )
     page = Page(browser, path.as_uri())
@@ -466,7 +555,14 @@ def test_positional_widget_matches_chapter_6(widget_page) -> None:
     assert widget_state(page, ids["posenc"])["mistake"] is False
 
 
-def test_without_javascript_the_pages_say_so(browser, explorer_path, widget_page) -> None:  # noqa: F811
+def test_figures_pass_the_accessibility_audit(widget_page) -> None:
+    page, ids = widget_page
+    page.click(f"#{ids['mask']} td[data-row='2'][data-col='0']")  # a hidden cell, and a change
+    assert axe_violations(page) == []
+    page.click(f"#{ids['mask']} button:has-text('causal mask')")
+
+
+def test_without_javascript_the_pages_say_so(browser, explorer_path, widget_page) -> None:
     """With JavaScript off, the explorer and each figure show their short note instead."""
     context = browser.new_context(java_script_enabled=False)
     context.route(
