@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 BIN = Path(sys.executable).parent
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("command", ["jupyter-lab", "jupyter-notebook", "jupyter-book", "ruff"])
@@ -17,3 +21,14 @@ def test_readme_commands_are_installed(command: str) -> None:
 
 def test_python_is_one_the_book_supports() -> None:
     assert sys.version_info >= (3, 11), "the pinned NumPy and PyTorch need Python 3.11 or newer"
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_lab_passes_allow_root_exactly_for_root() -> None:
+    """JupyterLab refuses to start as root without --allow-root (containers, cloud machines)."""
+    dry_run = subprocess.run(
+        ["make", "-n", "lab"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    lab = [line for line in dry_run.splitlines() if "jupyter lab" in line]
+    assert lab, f"make -n lab printed no jupyter lab command:\n{dry_run}"
+    assert ("--allow-root" in lab[-1]) == (os.getuid() == 0), lab[-1]
