@@ -8,13 +8,13 @@ import line and one ``__all__`` entry below.
 
 from helpers.checking._core import NOT_IMPLEMENTED_MESSAGE, CheckResult
 from helpers.checking.averaging import check_running_average
-from helpers.checking.bigram import check_get_batch
+from helpers.checking.bigram import check_bigram_loss, check_get_batch
 from helpers.checking.bpe import check_bpe_encode
 from helpers.checking.causal_masking import check_causal_softmax
-from helpers.checking.cost_and_generation import check_cached_attention
+from helpers.checking.cost_and_generation import check_cached_attention, check_cached_positions
 from helpers.checking.distributed import check_average_gradients
 from helpers.checking.flash_attention import check_merge_partials
-from helpers.checking.gpt import check_block_forward
+from helpers.checking.gpt import check_block_forward, check_layer_norm
 from helpers.checking.modern import check_rope
 from helpers.checking.multihead_cross import check_split_heads
 from helpers.checking.positional_encoding import check_sinusoidal_encoding
@@ -25,12 +25,15 @@ __all__ = [
     "NOT_IMPLEMENTED_MESSAGE",
     "CheckResult",
     "check_average_gradients",
+    "check_bigram_loss",
     "check_block_forward",
     "check_bpe_encode",
     "check_cached_attention",
+    "check_cached_positions",
     "check_causal_attention",
     "check_causal_softmax",
     "check_get_batch",
+    "check_layer_norm",
     "check_merge_partials",
     "check_rope",
     "check_running_average",

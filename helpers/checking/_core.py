@@ -468,7 +468,9 @@ def _mistake_hint(
         if (
             isinstance(out, torch.Tensor)
             and out.shape == got.shape
-            and torch.isclose(got.detach().double(), out.detach().double(), rtol, atol).all()
+            and torch.isclose(
+                got.detach().double(), out.detach().double(), rtol, atol, equal_nan=True
+            ).all()
         ):
             return hint
     return neutral

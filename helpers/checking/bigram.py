@@ -1,22 +1,31 @@
-"""The exercise checker of chapter 7: sampling a batch (``check_get_batch``).
+"""The exercise checkers of chapter 7: sampling a batch (``check_get_batch``) and the bigram
+loss over all positions (``check_bigram_loss``).
 
 Defined in chapter 7, "Tiny Shakespeare and a bigram model".
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
+from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from helpers.checking._core import (
     CheckResult,
+    _error_text,
+    _expect_close,
+    _expect_gradients,
     _Mismatch,
     _nums,
     _Property,
+    _ReaderRaised,
     _run,
     _Session,
     _shape,
+    _tensor_out,
 )
 
 
@@ -225,6 +234,163 @@ def check_get_batch(fn: Callable[..., tuple[torch.Tensor, torch.Tensor]]) -> Che
                 "starts cover every valid position, the last one included",
                 range_hint,
                 spread,
+            ),
+        ],
+    )
+
+
+def check_bigram_loss(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> CheckResult:
+    """Check the reader's bigram loss (chapter 7, "Tiny Shakespeare and a bigram model").
+
+    The reader writes ``fn(logits, targets)``: ``logits`` is a ``(B, T, vocab_size)`` float
+    tensor and ``targets`` a ``(B, T)`` tensor of token ids; it returns the mean cross-entropy
+    over all ``B * T`` positions, a scalar: ``F.cross_entropy`` of the logits reshaped to
+    ``(B * T, vocab_size)`` against the targets reshaped to ``(B * T,)``.
+
+    Properties: the loss is a scalar; equal logits give ``ln(vocab_size)`` whatever the
+    targets; the loss equals the mean of ``-log softmax(logits[b, t])[targets[b, t]]`` over
+    every position, on shapes where ``T`` equals ``vocab_size`` (where the unreshaped call runs
+    without an error), with logits of +-1000, and with gradients reaching the logits.
+    """
+
+    def inputs(B: int, T: int, V: int, seed: int, scale: float = 2.0) -> tuple[torch.Tensor, ...]:
+        g = torch.Generator().manual_seed(seed)
+        logits = torch.randn(B, T, V, generator=g) * scale
+        if scale > 100:
+            logits = logits.round().clamp(-1000, 1000)
+        return logits, torch.randint(V, (B, T), generator=g)
+
+    def describe(B: int, T: int, V: int, seed: int, extra: str = "") -> str:
+        return (
+            f"logits of shape {_shape((B, T, V))}, targets of shape {_shape((B, T))}, "
+            f"seed {seed}{extra}"
+        )
+
+    def reference(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        V = logits.shape[-1]
+        return F.cross_entropy(logits.double().reshape(-1, V), targets.reshape(-1))
+
+    def mistakes(logits: torch.Tensor, targets: torch.Tensor) -> list[tuple[str, Any]]:
+        B, T, V = logits.shape
+        ld = logits.double()
+        flat_t = targets.reshape(-1)
+        return [
+            (
+                "Your loss matches F.cross_entropy(logits, targets) without the reshape: it reads "
+                "dimension 1 (T, here equal to vocab_size) as the classes. Reshape the logits to "
+                "(B * T, vocab_size) and the targets to (B * T,).",
+                lambda: F.cross_entropy(ld, targets),
+            ),
+            (
+                "Your loss matches the sum over the positions: F.cross_entropy averages them "
+                "(reduction='mean', the default).",
+                lambda: F.cross_entropy(ld.reshape(-1, V), flat_t, reduction="sum"),
+            ),
+            (
+                "Your loss matches logits reshaped to (vocab_size, B * T) (or read in another "
+                "order): view(B * T, vocab_size) keeps each position's scores together.",
+                lambda: F.cross_entropy(ld.reshape(V, -1).T, flat_t),
+            ),
+            (
+                "Your loss matches targets taken in another order (targets.T): reshape the "
+                "targets exactly as the logits, targets.view(B * T).",
+                lambda: F.cross_entropy(ld.reshape(-1, V), targets.T.reshape(-1)),
+            ),
+            (
+                "Your loss matches a softmax applied before F.cross_entropy: it takes the raw "
+                "logits and applies log_softmax itself.",
+                lambda: F.cross_entropy(ld.softmax(-1).reshape(-1, V), flat_t),
+            ),
+            (
+                "Your loss matches F.nll_loss on the raw logits: nll_loss expects log-"
+                "probabilities, so use F.cross_entropy (or log_softmax first).",
+                lambda: F.nll_loss(ld.reshape(-1, V), flat_t),
+            ),
+        ]
+
+    def scalar(s: _Session, logits: torch.Tensor, targets: torch.Tensor, what: str) -> Any:
+        try:
+            out = s.call(fn, logits, targets, input=what)
+        except _ReaderRaised as err:
+            if "Expected target size" not in str(err.error):
+                raise
+            raise _Mismatch(
+                "the loss, one number",
+                f"your function raised {_error_text(err.error)}",
+                "F.cross_entropy reads dimension 1 as the classes, so (B, T, vocab_size) logits "
+                "make it read T as the classes: reshape the logits to (B * T, vocab_size) and the "
+                "targets to (B * T,) first.",
+            ) from err
+        per_position = logits.shape[0] * logits.shape[1]
+        if isinstance(out, torch.Tensor) and out.dim() > 0 and out.numel() == per_position:
+            raise _Mismatch(
+                "one number, the mean over all positions",
+                f"a tensor of shape {_shape(out.shape)}, one loss per position",
+                "Average over the positions: reduction='none' gives one loss per position.",
+            )
+        return _tensor_out(out, (), "the loss")
+
+    def shape(s: _Session) -> None:
+        for B, T, V, seed in ((4, 8, 65, 1), (1, 1, 5, 2), (3, 5, 7, 3)):
+            logits, targets = inputs(B, T, V, seed)
+            scalar(s, logits, targets, describe(B, T, V, seed))
+
+    def uniform(s: _Session) -> None:
+        for B, T, V, seed in ((4, 8, 65, 4), (2, 3, 11, 5)):
+            _, targets = inputs(B, T, V, seed)
+            logits = torch.zeros(B, T, V)
+            what = describe(B, T, V, seed, ", every logit 0")
+            out = scalar(s, logits, targets, what)
+            _expect_close(
+                out,
+                torch.tensor(math.log(V), dtype=torch.float64),
+                f"ln({V}) = {math.log(V):.4f}: a uniform guess over {V} tokens",
+                mistakes=mistakes(logits, targets),
+            )
+
+    def matches(s: _Session) -> None:
+        cases = [(4, 8, 65, 6, 2.0), (2, 7, 7, 7, 2.0), (3, 40, 11, 8, 1000.0), (1, 1, 5, 9, 2.0)]
+        for number, (B, T, V, seed, scale) in enumerate(cases):
+            logits, targets = inputs(B, T, V, seed, scale)
+            extra = {2.0: "", 1000.0: ", logits rounded to integers up to +-1000"}[scale]
+            if T == V:
+                extra += f" (T = vocab_size = {V})"
+            with torch.enable_grad():
+                logits.requires_grad_(number == 0)  # the first call with gradients on
+                out = scalar(s, logits, targets, describe(B, T, V, seed, extra))
+                expected = reference(logits, targets)
+                _expect_close(
+                    out,
+                    expected,
+                    "the mean of -log softmax(logits[b, t])[targets[b, t]] over all B * T "
+                    "positions",
+                    mistakes=mistakes(logits.detach(), targets),
+                )
+                if logits.requires_grad:
+                    _expect_gradients(out, expected, [("the logits", logits)])
+
+    return _run(
+        "check_bigram_loss",
+        [
+            _Property(
+                "shape",
+                "the loss is a scalar",
+                "Return one number: the mean cross-entropy over every position.",
+                shape,
+            ),
+            _Property(
+                "uniform",
+                "equal logits give ln(vocab_size)",
+                "With equal logits every token has probability 1 / vocab_size, so the loss is "
+                "-ln(1 / vocab_size) at every position.",
+                uniform,
+            ),
+            _Property(
+                "matches",
+                "equals the mean cross-entropy over all B*T positions",
+                "Each position (b, t) scores logits[b, t] against targets[b, t]; the loss is the "
+                "mean of -log softmax over the B * T positions.",
+                matches,
             ),
         ],
     )

@@ -1,4 +1,5 @@
-"""The exercise checker of chapter 9: attention over a key/value cache (``check_cached_attention``).
+"""The exercise checkers of chapter 9: attention over a key/value cache
+(``check_cached_attention``) and the positions of new tokens (``check_cached_positions``).
 
 Defined in chapter 9, "The cost of attention and fast generation".
 """
@@ -16,6 +17,7 @@ from helpers.checking._core import (
     _causal_sdpa,
     _differ,
     _expect_close,
+    _expect_gradients,
     _Mismatch,
     _mistake_hint,
     _Property,
@@ -208,6 +210,167 @@ def check_cached_attention(
                 "generation",
                 "cached token-by-token generation equals uncached attention",
                 offset_hint,
+                generation,
+            ),
+        ],
+    )
+
+
+def check_cached_positions(fn: Callable[[Any, torch.Tensor, int], torch.Tensor]) -> CheckResult:
+    """Check the reader's embedding of new tokens during cached generation (chapter 9, "The
+    cost of attention and fast generation").
+
+    The reader writes ``fn(model, idx_new, T_past)``: ``model`` is a ``helpers.model.GPT`` with
+    learned positions, ``idx_new`` the ``(B, T_new)`` ids of the newest tokens and ``T_past``
+    the number of tokens already in the key/value cache; it returns the ``(B, T_new, n_embd)``
+    input of the first block: the token embeddings plus the position embeddings of positions
+    ``T_past .. T_past + T_new - 1`` (``model.tok_emb(idx_new) + model.pos_emb(T_new,
+    T_past)``, or the rows of ``model.pos_emb.weight``).
+
+    Properties: the output has shape ``(B, T_new, n_embd)``; with nothing cached it is the
+    prompt's embedding, positions ``0 .. T_new - 1``; with ``T_past`` tokens cached, new token
+    ``i`` gets position ``T_past + i``, up to the last position ``block_size - 1`` (one call with
+    gradients on, which must reach both embedding tables); generating token by token with a
+    cache, with these embeddings, gives the logits of the model run on the whole sequence.
+    """
+    from helpers.model import GPT, GPTConfig
+
+    def make_model(seed: int) -> GPT:
+        torch.manual_seed(seed)
+        config = GPTConfig(vocab_size=11, block_size=24, n_layer=2, n_head=2, n_embd=16)
+        return GPT(config).eval()
+
+    def ids(B: int, T: int, seed: int) -> torch.Tensor:
+        return torch.randint(11, (B, T), generator=torch.Generator().manual_seed(seed))
+
+    def reference(model: Any, idx: torch.Tensor, T_past: int) -> torch.Tensor:
+        return model.tok_emb(idx) + model.pos_emb.weight[T_past : T_past + idx.shape[1]]
+
+    def mistakes(model: Any, idx: torch.Tensor, T_past: int) -> list[tuple[str, Any]]:
+        T_new = idx.shape[1]
+        tok, pos = model.tok_emb(idx), model.pos_emb.weight
+        return [
+            (
+                "Your embeddings match positions 0..T_new-1, as if nothing were cached: new "
+                "token i is at position T_past + i.",
+                lambda: tok + pos[:T_new],
+            ),
+            (
+                "Your embeddings match positions T_past + 1 + i, one too far: the cache holds "
+                "positions 0..T_past - 1, so the first new token is at position T_past.",
+                lambda: tok + pos[T_past + 1 : T_past + 1 + T_new],
+            ),
+            (
+                "Your embeddings match the token embeddings alone: add the position "
+                "embeddings of positions T_past .. T_past + T_new - 1.",
+                lambda: tok,
+            ),
+            (
+                "Your embeddings match every new token at position T_past: new token i is at "
+                "position T_past + i.",
+                lambda: tok + pos[T_past : T_past + 1],
+            ),
+        ]
+
+    def describe(B: int, T_new: int, T_past: int, seed: int) -> str:
+        return (
+            f"a GPT with block_size 24 and n_embd 16 (seed {seed}), idx_new of shape "
+            f"{_shape((B, T_new))}, T_past = {T_past}"
+        )
+
+    def call(s: _Session, model: Any, idx: torch.Tensor, T_past: int, what: str) -> Any:
+        out = s.call(fn, model, idx, T_past, input=what)
+        return _tensor_out(out, (*idx.shape, 16))
+
+    def shape(s: _Session) -> None:
+        for B, T_new, T_past, seed in ((2, 5, 0, 1), (1, 1, 7, 2), (3, 2, 4, 3)):
+            model = make_model(seed)
+            call(s, model, ids(B, T_new, seed), T_past, describe(B, T_new, T_past, seed))
+
+    def prompt(s: _Session) -> None:
+        for B, T_new, seed in ((2, 6, 11), (1, 24, 12)):
+            model, idx = make_model(seed), ids(B, T_new, seed)
+            out = call(s, model, idx, 0, describe(B, T_new, 0, seed))
+            _expect_close(
+                out,
+                reference(model, idx, 0),
+                "tok_emb(idx_new) + the position embeddings of positions 0..T_new-1",
+                mistakes=mistakes(model, idx, 0),
+            )
+
+    def offset(s: _Session) -> None:
+        cases = ((2, 1, 5, 21), (1, 3, 9, 22), (2, 1, 23, 23), (1, 4, 20, 24))
+        for number, (B, T_new, T_past, seed) in enumerate(cases):
+            model, idx = make_model(seed), ids(B, T_new, seed)
+            with torch.enable_grad():
+                out = call(s, model, idx, T_past, describe(B, T_new, T_past, seed))
+                theirs = s.passed[0]  # the copy of the model the function was given
+                expected = reference(theirs, idx, T_past)
+                _expect_close(
+                    out,
+                    expected,
+                    f"tok_emb(idx_new) + the position embeddings of positions {T_past}.."
+                    f"{T_past + T_new - 1}",
+                    mistakes=mistakes(theirs, idx, T_past),
+                )
+                if number == 0:  # the first call with gradients on
+                    tables = [
+                        ("the token embeddings", theirs.tok_emb.weight),
+                        ("the position embeddings", theirs.pos_emb.weight),
+                    ]
+                    _expect_gradients(out, expected, tables)
+
+    def generation(s: _Session) -> None:
+        seed, B, T, prefill = 31, 2, 12, 4
+        model, idx = make_model(seed), ids(B, T, seed)
+        full = model(idx)[0]  # (B, T, vocab): the model run on the whole sequence
+        caches = model.new_caches()
+        start = 0
+        for stop in [prefill, *range(prefill + 1, T + 1)]:
+            what = (
+                f"generation with a cache, tokens {start}..{stop - 1} of a sequence of {T} "
+                f"(idx_new of shape {_shape((B, stop - start))}, T_past = {start}, seed {seed})"
+            )
+            emb = x = call(s, model, idx[:, start:stop], start, what)
+            for block, cache in zip(model.blocks, caches, strict=True):
+                x = block(x, cache, False, start)
+            logits = model.lm_head(model.ln_f(x))
+            problem = _differ(logits, full[:, start:stop], atol=1e-4)
+            if problem is not None:
+                raise _Mismatch(
+                    f"the logits of tokens {start}..{stop - 1} of the model run on all {T} tokens",
+                    problem,
+                    _mistake_hint(emb, mistakes(model, idx[:, start:stop], start), None),
+                )
+            start = stop
+
+    return _run(
+        "check_cached_positions",
+        [
+            _Property(
+                "shape",
+                "output shape (B, T_new, n_embd)",
+                "Return one tensor: the embeddings of the new tokens, (B, T_new, n_embd).",
+                shape,
+            ),
+            _Property(
+                "prompt",
+                "with nothing cached, positions 0..T_new-1",
+                "With T_past = 0 the new tokens are the prompt: token embeddings plus the "
+                "position embeddings of positions 0..T_new-1.",
+                prompt,
+            ),
+            _Property(
+                "offset",
+                "with T_past cached, new token i is at position T_past + i",
+                "New token i is at position T_past + i: model.pos_emb(T_new, T_past), or rows "
+                "T_past .. T_past + T_new - 1 of model.pos_emb.weight.",
+                offset,
+            ),
+            _Property(
+                "generation",
+                "cached generation gives the logits of the whole sequence",
+                "Every step's new tokens must get the positions they have in the whole sequence.",
                 generation,
             ),
         ],

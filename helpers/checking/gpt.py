@@ -1,4 +1,5 @@
-"""The exercise checker of chapter 8: a transformer block's forward pass (``check_block_forward``).
+"""The exercise checkers of chapter 8: a block's forward pass (``check_block_forward``) and a
+LayerNorm written by hand (``check_layer_norm``).
 
 Defined in chapter 8, "Building and training a GPT".
 """
@@ -14,6 +15,7 @@ import torch.nn.functional as F
 
 from helpers.checking._core import (
     CheckResult,
+    _differ,
     _expect_close,
     _expect_gradients,
     _Mismatch,
@@ -221,6 +223,189 @@ def check_block_forward(fn: Callable[[Any, torch.Tensor], torch.Tensor]) -> Chec
                 "matches_block",
                 "equals Block.forward with the same weights",
                 "The pre-LN block: x + attn(ln_1(x)), then that plus mlp(ln_2(...)) of it.",
+                matches,
+            ),
+        ],
+    )
+
+
+def check_layer_norm(fn: Callable[..., torch.Tensor]) -> CheckResult:
+    """Check the reader's LayerNorm (chapter 8, "Building and training a GPT").
+
+    The reader writes ``fn(x, weight, bias, eps=1e-5)``: ``x`` is a ``(..., C)`` tensor and
+    ``weight``, ``bias`` are ``(C,)``; it returns ``(x - mean) / sqrt(var + eps) * weight + bias``
+    with the mean and the biased variance (divided by ``C``, not ``C - 1``) of each vector over
+    its last dimension, as ``F.layer_norm(x, (C,), weight, bias, eps)``.
+
+    Properties: the output has ``x``'s shape; with ``weight = 1`` and ``bias = 0`` every vector
+    comes out with mean 0 and (biased) variance 1; a constant vector (variance 0) comes out as
+    ``bias``, finite, thanks to ``eps``; the output equals ``F.layer_norm`` for several shapes,
+    for ``eps`` of 1e-5 and 0.1, for vectors whose mean is 1000, and with gradients reaching
+    ``x``, ``weight`` and ``bias``.
+    """
+
+    def params(C: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+        g = torch.Generator().manual_seed(seed + 500)
+        return 1 + 0.3 * torch.randn(C, generator=g), 0.2 * torch.randn(C, generator=g)
+
+    def describe(size: tuple[int, ...], seed: int, extra: str = "") -> str:
+        return f"x of shape {_shape(size)}, seed {seed}{extra}"
+
+    def call(s: _Session, x: Any, w: Any, b: Any, what: str, eps: float | None = None) -> Any:
+        if eps is None:
+            out = s.call(fn, x, w, b, input=what)
+        else:
+            out = s.call(fn, x, w, b, eps=eps, input=f"{what}, eps = {eps}")
+        return _tensor_out(out, x.shape, mistakes=mistakes(x.detach(), w.detach(), b.detach(), eps))
+
+    def mistakes(x: Any, w: Any, b: Any, eps: float | None) -> list[tuple[str, Any]]:
+        e = 1e-5 if eps is None else eps
+        xd, wd, bd = x.double(), w.double(), b.double()
+        mean = xd.mean(-1, keepdim=True)
+
+        def norm(var: torch.Tensor, m: torch.Tensor = mean) -> torch.Tensor:
+            return (xd - m) / torch.sqrt(var + e) * wd + bd
+
+        return [
+            (
+                "Your output matches the unbiased variance (divided by C - 1, torch.var's "
+                "default): LayerNorm divides by C, var(dim=-1, unbiased=False).",
+                lambda: norm(xd.var(-1, keepdim=True, unbiased=True)),
+            ),
+            (
+                "Your output matches normalising over dimension 0 instead of the last one: each "
+                "vector x[..., :] is normalised over its own C channels (dim=-1).",
+                lambda: (
+                    (xd - xd.mean(0, keepdim=True))
+                    / torch.sqrt(xd.var(0, keepdim=True, unbiased=False) + e)
+                    * wd
+                    + bd
+                ),
+            ),
+            (
+                "Your output matches normalising over the whole tensor at once: each vector is "
+                "normalised over its own C channels (dim=-1, keepdim=True).",
+                lambda: (xd - xd.mean()) / torch.sqrt(xd.var(unbiased=False) + e) * wd + bd,
+            ),
+            (
+                "Your output matches eps added to the standard deviation: it goes inside the "
+                "square root, sqrt(var + eps).",
+                lambda: (
+                    (xd - mean) / (xd.var(-1, keepdim=True, unbiased=False).sqrt() + e) * wd + bd
+                ),
+            ),
+            (
+                "Your output matches weight and bias swapped: multiply by weight, then add bias.",
+                lambda: norm(xd.var(-1, keepdim=True, unbiased=False)).sub(bd).div(wd).mul(bd) + wd,
+            ),
+            (
+                "Your output matches a LayerNorm that ignores eps passed in (1e-5 always): use "
+                "the eps argument.",
+                lambda: (
+                    (xd - mean) / torch.sqrt(xd.var(-1, keepdim=True, unbiased=False) + 1e-5) * wd
+                    + bd
+                ),
+            ),
+            (
+                "Your output matches a LayerNorm without eps: a constant vector then divides 0 "
+                "by 0. Add eps inside the square root, sqrt(var + eps).",
+                lambda: (xd - mean) / xd.var(-1, keepdim=True, unbiased=False).sqrt() * wd + bd,
+            ),
+        ]
+
+    def shape(s: _Session) -> None:
+        for size, seed in (((2, 5, 8), 1), ((1, 1, 4), 2), ((3, 16), 3)):
+            x = _randn(*size, seed=seed, scale=2.0)
+            w, b = params(size[-1], seed)
+            call(s, x, w, b, describe(size, seed))
+
+    def standardised(s: _Session) -> None:
+        for size, seed in (((2, 5, 8), 11), ((4, 3), 12), ((2, 3, 64), 13)):
+            x = _randn(*size, seed=seed, scale=3.0) + 2.0
+            C = size[-1]
+            out = call(
+                s, x, torch.ones(C), torch.zeros(C), describe(size, seed, ", weight 1, bias 0")
+            )
+            od = out.double()
+            var = od.var(-1, unbiased=False)
+            expected = x.double().var(-1, unbiased=False)
+            expected = expected / (expected + 1e-5)  # just below 1: eps in the denominator
+            problem = _differ(od.mean(-1), torch.zeros_like(var), atol=1e-4) or _differ(
+                var, expected, atol=1e-4
+            )
+            if problem is not None:
+                hint = _mistake_hint(out, mistakes(x, torch.ones(C), torch.zeros(C), None), None)
+                raise _Mismatch(
+                    "every vector with mean 0 and variance 1 (biased: divided by C)",
+                    f"mean or variance of a vector: {problem}",
+                    hint,
+                )
+
+    def constant(s: _Session) -> None:
+        for size, seed in (((2, 3, 8), 21), ((1, 4), 22)):
+            # Multiples of 1/4 and C a power of 2: the mean of a vector is exactly its value.
+            x = (_randn(*size[:-1], 1, seed=seed, scale=12.0).round() / 4).expand(size).contiguous()
+            w, b = params(size[-1], seed)
+            what = describe(size, seed, ", every vector constant (variance 0)")
+            out = call(s, x, w, b, what)
+            _expect_close(
+                out,
+                b.expand(size),
+                "bias in every vector: (x - mean) is 0 and eps keeps the division finite",
+                mistakes=mistakes(x, w, b, None),
+            )
+
+    def matches(s: _Session) -> None:
+        cases = [
+            ((2, 5, 8), 31, None, 0.0),
+            ((3, 40, 16), 32, 0.1, 0.0),
+            ((2, 4, 32), 33, None, 1000.0),
+            ((2, 5, 8), 34, 1e-5, 0.0),
+        ]
+        for number, (size, seed, eps, offset) in enumerate(cases):
+            x = _randn(*size, seed=seed, scale=0.5 if offset else 2.0) + offset
+            w, b = params(size[-1], seed)
+            extra = f", every vector's mean near {offset:g}" if offset else ""
+            with torch.enable_grad():
+                grad = number == len(cases) - 1  # the last call with gradients on
+                for t in (x, w, b):
+                    t.requires_grad_(grad)
+                out = call(s, x, w, b, describe(size, seed, extra), eps)
+                e = 1e-5 if eps is None else eps
+                expected = F.layer_norm(x.double(), size[-1:], w.double(), b.double(), e)
+                _expect_close(
+                    out,
+                    expected,
+                    "F.layer_norm(x, (C,), weight, bias, eps)",
+                    # float32 holds 1000 + x to about 6e-5: a right answer is that far off there.
+                    atol=1e-3 if offset else 1e-4,
+                    mistakes=mistakes(x.detach(), w.detach(), b.detach(), eps),
+                )
+                if grad:
+                    _expect_gradients(out, expected, [("x", x), ("weight", w), ("bias", b)])
+
+    return _run(
+        "check_layer_norm",
+        [
+            _Property("shape", "output shaped like x", "Return one tensor shaped like x.", shape),
+            _Property(
+                "standardised",
+                "weight 1, bias 0: every vector has mean 0 and variance 1",
+                "Each vector x[..., :] is centred by its own mean and divided by the square root "
+                "of its own variance (plus eps), over the last dimension.",
+                standardised,
+            ),
+            _Property(
+                "constant",
+                "a constant vector comes out as bias (eps keeps it finite)",
+                "A constant vector has x - mean = 0 and variance 0: the output is bias.",
+                constant,
+            ),
+            _Property(
+                "matches",
+                "equals F.layer_norm, with weight, bias and eps",
+                "(x - mean) / sqrt(var + eps) * weight + bias, mean and biased variance over the "
+                "last dimension.",
                 matches,
             ),
         ],
