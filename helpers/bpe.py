@@ -239,11 +239,12 @@ class BPETokenizer:
         ``vocab.json`` and ``merges.txt``: each byte written as one printable character, see
         :func:`bytes_to_unicode`). Special tokens such as ``<|endoftext|>`` are left out."""
         to_byte = {c: b for b, c in bytes_to_unicode().items()}
-        ids: dict[int, bytes] = {}
-        for s, i in vocab.items():
-            if all(c in to_byte for c in s):
-                ids[i] = bytes(to_byte[c] for c in s)
         merge_ids = {(vocab[a], vocab[b]): vocab[a + b] for a, b in merges}
+        made = set(merge_ids.values())
+        ids: dict[int, bytes] = {}
+        for s, i in vocab.items():  # the bytes, and what the merges make of them
+            if (len(s) == 1 or i in made) and all(c in to_byte for c in s):
+                ids[i] = bytes(to_byte[c] for c in s)
         return cls(merge_ids, ids)
 
 
