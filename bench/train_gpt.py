@@ -26,29 +26,42 @@ ending exactly there; the loss after a fixed number of steps does not depend on 
 machine is while it trains. ``--book-steps N`` instead gives the book's recipe ``N`` steps and
 the others the number of steps that take the same time at the measured speed ratios.
 
+Splits: training on the first 90% of the text (chapter 8's training text), validation on the
+next 5% (what a recipe may be tuned on), test on the last 5% (reported, never tuned on).
+``--seeds 1337,1,2`` trains every recipe once per seed (the same seed gives every recipe the
+same batches, and the same initial values to every weight two architectures share) and prints
+mean ± sd, and each recipe's difference from ``book`` and ``reference`` paired by seed.
+``--results bench/results.json --label NAME`` stores everything in a JSON file (layout:
+:func:`validate_results`) for the book and ``bench/README.md`` to read.
+
 Examples::
 
     .venv/bin/python bench/train_gpt.py --recipe all           # reference, book, modern at 180 s
     .venv/bin/python bench/train_gpt.py --recipe book,modern --calibrate-only
     .venv/bin/python bench/train_gpt.py --recipe modern --steps 7000 --threads 1
     .venv/bin/python bench/train_gpt.py --recipe gpu --smoke   # the GPU path, a few steps on CPU
+    .venv/bin/python bench/train_gpt.py --recipe all --seeds 1337,1,2 \\
+        --results bench/results.json --label all
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
+import math
 import statistics
 import sys
 import time
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import torch
 from torch import nn
 
 from helpers.cost import forward_flops
 from helpers.data import load_tinyshakespeare
-from helpers.model import GPT, GPTConfig
+from helpers.model import GPT, SIZE_FIELDS, GPTConfig
 from helpers.muon import make_muon
 from helpers.tokenizer import CharTokenizer
 from helpers.training import (
@@ -152,9 +165,82 @@ GROUPS = {
     "ablation": ["book", "rope", "rmsnorm", "qknorm", "relu2", "swiglu", "muon", "modern"],
 }
 
-EVAL_BATCHES = 50  # held-out batches for the final validation loss
+EVAL_BATCHES = 50  # held-out batches for each final loss
 EVAL_BATCH_SIZE = 32
 EVAL_SEED = 1234
+RESULTS_SCHEMA = 1
+RUN_FIELDS = ("seeds", "steps", "val_loss", "test_loss", "seconds", "cpu_seconds")
+
+
+def split_text(data: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Train, validation and test tokens: the first 90% (chapter 8's training text), then the
+    next 5% (validation: what recipes may be tuned on) and the last 5% (test: reported, never
+    tuned on)."""
+    train_data, held_out = train_val_split(data, 0.9)
+    half = len(held_out) // 2
+    return train_data, held_out[:half], held_out[half:]
+
+
+def validate_results(results: object) -> None:
+    """Raise ``ValueError`` unless ``results`` has the layout :func:`write_results` writes:
+    ``{"schema": 1, "runs": {label: {"machine": {...}, "command": str, "recipes": {name:
+    {"describe": str, "params": int, "tokens_per_s": float, "mfu": float, "seeds": [int],
+    "steps": [int], "val_loss": [float], "test_loss": [float], "seconds": [float],
+    "cpu_seconds": [float]}}}}}``, one list entry per seed."""
+    if not isinstance(results, dict) or results.get("schema") != RESULTS_SCHEMA:
+        raise ValueError(f"results must be a dict with schema {RESULTS_SCHEMA}")
+    runs = results.get("runs")
+    if not isinstance(runs, dict) or not runs:
+        raise ValueError("results['runs'] must be a non-empty dict of labelled runs")
+    for label, run in runs.items():
+        if not isinstance(run, dict) or not isinstance(run.get("command"), str):
+            raise ValueError(f"run {label!r} needs a 'command' string")
+        if not isinstance(run.get("machine"), dict):
+            raise ValueError(f"run {label!r} needs a 'machine' dict")
+        recipes = run.get("recipes")
+        if not isinstance(recipes, dict) or not recipes:
+            raise ValueError(f"run {label!r} needs a non-empty 'recipes' dict")
+        for name, rec in recipes.items():
+            where = f"{label}/{name}"
+            if not isinstance(rec, dict):
+                raise ValueError(f"{where} must be a dict")
+            n = len(rec.get("seeds", []))
+            if n == 0:
+                raise ValueError(f"{where} needs at least one seed")
+            for field in RUN_FIELDS:
+                values = rec.get(field)
+                if not isinstance(values, list) or len(values) != n:
+                    raise ValueError(
+                        f"{where}: {field} must be a list of {n} values (one per seed)"
+                    )
+                if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in values):
+                    raise ValueError(f"{where}: {field} must hold finite numbers")
+            for field, kind in (("describe", str), ("params", int)):
+                if not isinstance(rec.get(field), kind):
+                    raise ValueError(f"{where}: {field} must be a {kind.__name__}")
+            for field in ("tokens_per_s", "mfu"):
+                if not isinstance(rec.get(field), (int, float)) or not rec[field] > 0:
+                    raise ValueError(f"{where}: {field} must be a positive number")
+
+
+def write_results(path: str, label: str, run: dict) -> dict:
+    """Store ``run`` under ``label`` in the JSON file ``path`` (other labels are kept), after
+    checking the whole file with :func:`validate_results`. Returns the file's content."""
+    file = Path(path)
+    results = {"schema": RESULTS_SCHEMA, "runs": {}}
+    if file.exists():
+        results = json.loads(file.read_text(encoding="utf-8"))
+    results["runs"][label] = run
+    validate_results(results)
+    file.write_text(json.dumps(results, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    return results
+
+
+def mean_sd(values: list[float]) -> str:
+    """``"mean ± sd"`` (sample standard deviation), or the value alone for one seed."""
+    if len(values) == 1:
+        return f"{values[0]:.4f}"
+    return f"{statistics.mean(values):.4f} ± {statistics.stdev(values):.4f}"
 
 
 def matmul_peak_gflops(
@@ -187,7 +273,10 @@ def flops_per_token(config: GPTConfig) -> float:
     two), with the forward pass's matrix-product FLOPs from ``helpers.cost.forward_flops`` over a
     full window (``6 N + 12 L C T`` with ``N`` the weights used in matrix products)."""
     T = config.block_size
-    return 3 * forward_flops(config, T) / T
+    # The architecture switches leave the matrix products as they are (SwiGLU's three matrices
+    # of width 8C/3 hold 0.2% more than two of 4C); count them on chapter 8's architecture.
+    size = replace(GPTConfig(), **{f: getattr(config, f) for f in SIZE_FIELDS})
+    return 3 * forward_flops(size, T) / T
 
 
 class Run:
@@ -281,14 +370,16 @@ def calibrate(
 def train_recipe(
     recipe: Recipe,
     train_data: torch.Tensor,
-    val_data: torch.Tensor,
+    held_out: dict[str, torch.Tensor],
     *,
     steps: int,
     seed: int,
     device: str,
     log_every: float,
+    eval_batches: int = EVAL_BATCHES,
 ) -> dict[str, float]:
-    """Train ``recipe`` for exactly ``steps`` steps; return the measurements."""
+    """Train ``recipe`` for exactly ``steps`` steps; return the measurements, with the loss on
+    each held-out split (``held_out``: name -> tokens) as ``"<name>_loss"``."""
     run = Run(recipe, train_data, seed, device)
     start = time.perf_counter()
     cpu_start = time.process_time()
@@ -309,17 +400,17 @@ def train_recipe(
     seconds = time.perf_counter() - start
     cpu_seconds = time.process_time() - cpu_start
     with run.autocast:
-        val = estimate_loss(
+        losses = estimate_loss(
             run.model,
-            {"val": val_data},
+            held_out,
             recipe.model.block_size,
             EVAL_BATCH_SIZE,
-            EVAL_BATCHES,
+            eval_batches,
             seed=EVAL_SEED,
             device=device,
-        )["val"]
+        )
     return {
-        "val_loss": val,
+        **{f"{name}_loss": loss for name, loss in losses.items()},
         "steps": steps,
         "seconds": seconds,
         "cpu_seconds": cpu_seconds,
@@ -397,7 +488,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
     p.add_argument("--device", default="cpu", help="cpu or cuda (bf16 autocast on cuda)")
-    p.add_argument("--seed", type=int, default=1337)
+    p.add_argument("--seeds", default="1337", help="comma-separated seeds, one run per seed")
+    p.add_argument("--eval-batches", type=int, default=EVAL_BATCHES, help="batches per loss")
+    p.add_argument("--results", help="JSON file to store the results in (see validate_results)")
+    p.add_argument("--label", help="name of this run in --results (default: --recipe)")
     p.add_argument("--smoke", action="store_true", help="3 steps with bf16 autocast, then stop")
     p.add_argument("--log-every", type=float, default=60.0, help="seconds between progress lines")
     args = p.parse_args(argv)
@@ -415,6 +509,12 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--seconds must be positive")
     if args.clock == "cpu" and args.threads != 1:
         p.error("--clock cpu needs --threads 1 (with more threads CPU time is not step time)")
+    try:
+        seeds = [int(x) for x in args.seeds.split(",")]
+    except ValueError:
+        p.error(f"--seeds must be comma-separated ints, got {args.seeds!r}")
+    if args.eval_batches < 1:
+        p.error("--eval-batches must be at least 1")
     torch.set_num_threads(args.threads)
     if args.smoke:
         return max(smoke(RECIPES[n], args.device) for n in names)
@@ -422,7 +522,8 @@ def main(argv: list[str] | None = None) -> int:
     text = load_tinyshakespeare()
     tokenizer = CharTokenizer.from_text(text)
     data = torch.tensor(tokenizer.encode(text), dtype=torch.long)
-    train_data, val_data = train_val_split(data, 0.9)
+    train_data, val_data, test_data = split_text(data)
+    held_out = {"val": val_data, "test": test_data}
     recipes = [RECIPES[n] for n in names]
 
     cpu = next(
@@ -462,42 +563,72 @@ def main(argv: list[str] | None = None) -> int:
     if args.calibrate_only:
         return 0
 
-    results = {}
+    machine = {
+        "torch": torch.__version__,
+        "cpu": cpu,
+        "threads": args.threads,
+        "device": args.device,
+        "clock": args.clock,
+        "matmul_peak_gflops": round(peak, 1),
+    }
+    results: dict[str, dict] = {}
     for r in recipes:
-        out = train_recipe(
-            r,
-            train_data,
-            val_data,
-            steps=steps[r.name],
-            seed=args.seed,
-            device=args.device,
-            log_every=args.log_every,
-        )
+        rec: dict = {"describe": r.describe(), "seeds": seeds}
+        rec.update({field: [] for field in RUN_FIELDS if field != "seeds"})
+        for seed in seeds:  # every recipe, same seed: same batches (and same initial weights
+            out = train_recipe(  # wherever the parameter shapes agree)
+                r,
+                train_data,
+                held_out,
+                steps=steps[r.name],
+                seed=seed,
+                device=args.device,
+                log_every=args.log_every,
+                eval_batches=args.eval_batches,
+            )
+            for field in RUN_FIELDS:
+                if field != "seeds":
+                    rec[field].append(out[field])
+            print(
+                f"{r.name:10s} seed {seed}: val_loss {out['val_loss']:.4f}  test_loss "
+                f"{out['test_loss']:.4f}  steps {out['steps']}  (trained in {out['seconds']:.0f} s"
+                f" wall, {out['cpu_seconds']:.0f} s CPU)",
+                flush=True,
+            )
         tokens_per_step = r.batch_size * r.model.block_size
         # Throughput from the calibration (interleaved, fastest chunk) when there is one, else
-        # from the training run itself (its CPU time with --clock cpu).
-        run_seconds = out["cpu_seconds"] if args.clock == "cpu" else out["seconds"]
-        seconds_per_step = per_step.get(r.name, run_seconds / out["steps"])
-        tps = tokens_per_step / seconds_per_step
-        mfu = flops_per_token(r.model) * tps / (peak * 1e9)
-        results[r.name] = {**out, "tokens_per_s": tps, "mfu": mfu}
-        trained_tps = tokens_per_step * out["steps"] / out["seconds"]
+        # from the training runs themselves (their CPU time with --clock cpu).
+        run_seconds = rec["cpu_seconds"] if args.clock == "cpu" else rec["seconds"]
+        seconds_per_step = per_step.get(r.name, sum(run_seconds) / sum(rec["steps"]))
+        rec["tokens_per_s"] = tokens_per_step / seconds_per_step
+        rec["mfu"] = flops_per_token(r.model) * rec["tokens_per_s"] / (peak * 1e9)
+        rec["params"] = GPT(r.model).num_params()
+        results[r.name] = rec
         print(
-            f"{r.name:10s} val_loss {out['val_loss']:.4f}  tokens/s {tps:,.0f}  "
-            f"MFU {100 * mfu:.1f}%  params {out['params']:,}  | steps {out['steps']} "
-            f"(trained in {out['seconds']:.0f} s, {trained_tps:,.0f} tokens/s)  ({r.describe()})",
+            f"{r.name:10s} test_loss {mean_sd(rec['test_loss'])}  val_loss "
+            f"{mean_sd(rec['val_loss'])}  tokens/s {rec['tokens_per_s']:,.0f}  "
+            f"MFU {100 * rec['mfu']:.1f}%  params {rec['params']:,}  ({r.describe()})",
             flush=True,
         )
-    if "reference" in results and len(results) > 1:
-        ref = results["reference"]
-        for name, res in results.items():
-            if name != "reference":
-                print(
-                    f"{name} vs reference: val loss {res['val_loss']:.4f} vs {ref['val_loss']:.4f}"
-                    f" ({res['val_loss'] - ref['val_loss']:+.4f}), "
-                    f"tokens/s x{res['tokens_per_s'] / ref['tokens_per_s']:.2f}",
-                    flush=True,
-                )
+    for base in ("reference", "book"):
+        if base not in results:
+            continue
+        for name, rec in results.items():
+            if name in ("reference", base):
+                continue
+            diffs = [
+                a - b for a, b in zip(rec["test_loss"], results[base]["test_loss"], strict=True)
+            ]
+            print(
+                f"{name} vs {base}: test loss {mean_sd(diffs)} (paired by seed), tokens/s "
+                f"x{rec['tokens_per_s'] / results[base]['tokens_per_s']:.2f}",
+                flush=True,
+            )
+    if args.results:
+        run = {"command": " ".join(["bench/train_gpt.py", *sys.argv[1:]]), "machine": machine}
+        run["recipes"] = results
+        write_results(args.results, args.label or args.recipe, run)
+        print(f"# results stored in {args.results} under {args.label or args.recipe!r}")
     return 0
 
 

@@ -1,0 +1,87 @@
+"""bench/train_gpt.py: the results file's layout, the held-out splits, and one tiny run."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+_spec = importlib.util.spec_from_file_location("train_gpt", ROOT / "bench" / "train_gpt.py")
+assert _spec is not None and _spec.loader is not None
+bench = importlib.util.module_from_spec(_spec)
+sys.modules["train_gpt"] = bench  # dataclasses look their module up there
+_spec.loader.exec_module(bench)
+
+RECIPE = {
+    "describe": "L4 H4 C64 T64 B12 learned/layernorm/gelu lr 0.005->5e-05",
+    "params": 201344,
+    "tokens_per_s": 28000.0,
+    "mfu": 0.44,
+    "seeds": [1337, 1, 2],
+    "steps": [10, 10, 10],
+    "val_loss": [1.6, 1.61, 1.62],
+    "test_loss": [1.63, 1.64, 1.65],
+    "seconds": [1.0, 1.1, 1.2],
+    "cpu_seconds": [1.0, 1.0, 1.0],
+}
+GOOD = {
+    "schema": 1,
+    "runs": {"all": {"command": "bench/train_gpt.py", "machine": {}, "recipes": {"book": RECIPE}}},
+}
+
+
+def test_a_well_formed_file_passes() -> None:
+    bench.validate_results(GOOD)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda r: r.update(schema=2), "schema 1"),
+        (lambda r: r["runs"].clear(), "non-empty dict of labelled runs"),
+        (lambda r: r["runs"]["all"].pop("command"), "needs a 'command' string"),
+        (lambda r: r["runs"]["all"]["recipes"]["book"]["test_loss"].pop(), "one per seed"),
+        (lambda r: r["runs"]["all"]["recipes"]["book"].update(seeds=[]), "at least one seed"),
+        (
+            lambda r: r["runs"]["all"]["recipes"]["book"]["val_loss"].__setitem__(0, float("nan")),
+            "finite numbers",
+        ),
+        (lambda r: r["runs"]["all"]["recipes"]["book"].update(mfu=0), "positive number"),
+        (lambda r: r["runs"]["all"]["recipes"]["book"].update(params="201k"), "must be a int"),
+    ],
+)
+def test_a_malformed_file_is_refused(edit, message: str) -> None:  # noqa: ANN001
+    results = copy.deepcopy(GOOD)
+    edit(results)
+    with pytest.raises(ValueError, match=message):
+        bench.validate_results(results)
+
+
+def test_write_results_keeps_other_labels(tmp_path: Path) -> None:
+    path = tmp_path / "results.json"
+    bench.write_results(str(path), "all", GOOD["runs"]["all"])
+    bench.write_results(str(path), "ablation", GOOD["runs"]["all"])
+    stored = json.loads(path.read_text())
+    assert sorted(stored["runs"]) == ["ablation", "all"]
+    bench.validate_results(stored)
+
+
+def test_test_split_is_held_out_from_training_and_validation() -> None:
+    data = torch.arange(1000)
+    train, val, test = bench.split_text(data)
+    assert torch.equal(torch.cat([train, val, test]), data)  # contiguous, in order, all of it
+    assert len(train) == 900 and len(val) == len(test) == 50
+    assert test.min() > val.max() > train.max()  # the test text comes last, after validation
+
+
+def test_committed_results_file_is_well_formed() -> None:
+    path = ROOT / "bench" / "results.json"
+    if not path.exists():
+        pytest.skip("no benchmark results committed yet")
+    bench.validate_results(json.loads(path.read_text()))
