@@ -234,11 +234,10 @@ POS_WRONG: dict[str, tuple[Callable[..., Any], str, str]] = {
         "offset",
         NEUTRAL,
     ),
-    # Clamps the position to a context of 16 (a different model's block_size): fails the
-    # 24-token prompt.
-    "clamps_to_16": (
-        lambda m, i, T_past: _positions(m, i, min(T_past, 16 - i.shape[1])),
-        "prompt",
+    # Clamps the position to a context of 512 (the chapter's generation model's block_size).
+    "clamps_to_512": (
+        lambda m, i, T_past: _positions(m, i, min(T_past, 512 - i.shape[1])),
+        "offset",
         NEUTRAL,
     ),
     "detached_positions": (

@@ -87,7 +87,7 @@ def check_get_batch(fn: Callable[..., tuple[torch.Tensor, torch.Tensor]]) -> Che
         return position[x[:, 0]]
 
     def shape(s: _Session) -> None:
-        for n, block, batch, seed in ((1000, 8, 4, 1), (1000, 1, 1, 2), (500, 16, 3, 3)):
+        for n, block, batch, seed in ((1000, 8, 4, 1), (1000, 1, 1, 2), (500, 40, 3, 3)):
             call(s, data_of(n, seed), block, batch, seed)
 
     def inside(s: _Session) -> None:
