@@ -40,21 +40,21 @@ def _clock(
                 shrinkB=0,
             )
         )
-    text(ax, cx, cy - r - 0.18, f"pair i = {i}", size=8, weight="bold")
-    text(ax, cx, cy - r - 0.38, f"dims {2 * i}, {2 * i + 1}", size=7.5, color=MUTED)
-    text(ax, cx, cy - r - 0.57, f"ω = {omega:g} rad/step", size=7.5, color=MUTED)
+    text(ax, cx, cy - r - 0.18, f"pair i = {i}", size=9.5, weight="bold")
+    text(ax, cx, cy - r - 0.38, f"dims {2 * i}, {2 * i + 1}", size=9.5, color=MUTED)
+    text(ax, cx, cy - r - 0.57, f"ω = {omega:g} rad/step", size=9.5, color=MUTED)
 
 
 def draw() -> Figure:
-    fig, ax = canvas(9.0, 3.6)
+    fig, ax = canvas(10.0, 3.8)
 
     # Left: x0 = token embedding + position vector, entering the first block.
-    cell, top = 0.3, 2.95
+    cell, top = 0.36, 3.15
     rng = np.random.default_rng(0)
     emb = [[tint("#E69F00", 0.25 + 0.5 * rng.random()) for _ in range(D_MODEL)]]
     grid(ax, 0.2, top, colors=emb, cell=cell)
-    text(ax, 0.2 + D_MODEL * cell / 2, top + 0.17, "token embedding of 'c'  (C,)", size=8)
-    text(ax, 0.2 + D_MODEL * cell / 2, top - 0.42, "+", size=14)
+    text(ax, 0.2 + D_MODEL * cell / 2, top + 0.17, "token embedding of 'c'  (C,)", size=9.5)
+    text(ax, 0.2 + D_MODEL * cell / 2, top - 0.58, "+", size=14)
     pe = np.empty(D_MODEL)
     for i in range(D_MODEL // 2):
         omega = BASE ** (-2 * i / D_MODEL)
@@ -63,20 +63,20 @@ def draw() -> Figure:
     grid(
         ax,
         0.2,
-        top - 0.62,
+        top - 0.8,
         colors=pos_colors,
         cell=cell,
-        labels=[[f"{v:+.1f}" for v in pe]],
-        size=6.5,
+        labels=[[f"{v:.1f}" for v in pe]],
+        size=8.5,
     )
     text(
         ax,
         0.2 + D_MODEL * cell / 2,
-        top - 0.62 - cell - 0.15,
+        top - 0.8 - cell - 0.15,
         f"position vector PE[{POS}]  (C,)",
-        size=8,
+        size=9.5,
     )
-    arrow(ax, (0.2 + D_MODEL * cell / 2, top - 1.25), (0.2 + D_MODEL * cell / 2, 1.3))
+    arrow(ax, (0.2 + D_MODEL * cell / 2, top - 1.45), (0.2 + D_MODEL * cell / 2, 1.3))
     box(
         ax,
         0.2,
@@ -86,14 +86,14 @@ def draw() -> Figure:
         "first block\n(attention sees x + PE)",
         color=INK,
         fill=0.05,
-        size=8,
+        size=9.5,
     )
     text(
         ax,
         0.2 + D_MODEL * cell / 2,
         0.35,
         "same 'c' at another position:\nsame embedding, other PE",
-        size=7.5,
+        size=9.5,
         color=MUTED,
     )
 
@@ -101,32 +101,32 @@ def draw() -> Figure:
     r = 0.62
     for i in range(D_MODEL // 2):
         omega = BASE ** (-2 * i / D_MODEL)
-        cx = 3.45 + 1.5 * i
-        _clock(ax, cx, 2.1, r, POS * omega, (POS + 1) * omega, i, omega)
+        cx = 3.95 + 1.6 * i
+        _clock(ax, cx, 2.3, r, POS * omega, (POS + 1) * omega, i, omega)
     text(
         ax,
-        5.7,
-        3.35,
+        6.35,
+        3.55,
         f"PE[{POS}] as four clock hands: hand i points at angle pos·ω_i",
-        size=8.5,
+        size=10,
         weight="bold",
     )
     text(
         ax,
-        5.7,
-        0.62,
-        f"black: position {POS};  grey: position {POS + 1}.  Each step turns hand i "
-        "by its own angle ω_i = 10000^(-2i/C);",
-        size=8,
+        6.35,
+        0.82,
+        f"black: position {POS};  grey: position {POS + 1}.  Each step turns hand i\n"
+        "by its own angle ω_i = 10000^(-2i/C).",
+        size=9.5,
         color=INK,
     )
     text(
         ax,
-        5.7,
-        0.38,
-        "the hand's tip is (sin, cos) = (PE[pos, 2i], PE[pos, 2i+1]); moving k steps "
-        "is one fixed rotation, M_k.",
-        size=8,
+        6.35,
+        0.3,
+        "The hand's tip is (sin, cos) = (PE[pos, 2i], PE[pos, 2i+1]);\n"
+        "moving k steps on is one fixed rotation, M_k.",
+        size=9.5,
         color=MUTED,
     )
     return fig
