@@ -295,6 +295,21 @@ class Block(nn.Module):
         return x
 
 
+class _PositionDraws(nn.Module):
+    """Takes the position table's place in a model without one: it draws the random numbers
+    that creating and initialising the table would draw, and holds no parameter. So with the
+    same seed, every weight that two architectures share starts equal (an ablation then
+    compares the switch alone, not two initialisations)."""
+
+    def __init__(self, block_size: int, n_embd: int) -> None:
+        super().__init__()
+        self.shape = (block_size, n_embd)
+        torch.empty(self.shape).normal_()  # as nn.Embedding's own initialisation
+
+    def draw(self) -> None:
+        torch.empty(self.shape).normal_(mean=0.0, std=0.02)  # as GPT._init_weights
+
+
 class GPT(nn.Module):
     """A decoder-only transformer language model: GPT-2's architecture, with the parts that
     :class:`GPTConfig` lets a later chapter switch (positions, norm, MLP, QK-norm)."""
@@ -305,11 +320,11 @@ class GPT(nn.Module):
             raise ValueError(f"expected a GPTConfig, got {type(config).__name__}")
         self.config = config
         self.tok_emb = nn.Embedding(config.vocab_size, config.n_embd)
-        self.pos_emb = (
-            LearnedPositionalEmbedding(config.block_size, config.n_embd)
-            if config.pos == "learned"
-            else None
-        )
+        self.pos_emb: LearnedPositionalEmbedding | None = None
+        if config.pos == "learned":
+            self.pos_emb = LearnedPositionalEmbedding(config.block_size, config.n_embd)
+        else:
+            self.pos_draws = _PositionDraws(config.block_size, config.n_embd)
         self.drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
         self.ln_f = make_norm(config)
@@ -334,6 +349,8 @@ class GPT(nn.Module):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
         elif isinstance(module, LearnedPositionalEmbedding):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        elif isinstance(module, _PositionDraws):
+            module.draw()
 
     def num_params(self, non_embedding: bool = True) -> int:
         """Parameter count; by default without the position embeddings, nanoGPT's convention (the

@@ -513,6 +513,19 @@ def test_every_architecture_initialises_like_gpt2(switches: dict) -> None:
             assert torch.all(p == 1.0), name  # gains start at one, there are no biases
 
 
+@pytest.mark.parametrize("switches", [s for s in SWITCH_SETS[1:] if s.get("mlp") != "swiglu"])
+def test_shared_weights_start_equal_under_the_same_seed(switches: dict) -> None:
+    """An ablation compares the switch alone: every weight a variant shares with the default
+    model starts with the same values for the same seed (SwiGLU's wider first matrix draws
+    more random numbers, so the weights after it differ)."""
+    base = make_model(3).state_dict()
+    other = make_model(3, GPTConfig(**{**SMALL.__dict__, **switches})).state_dict()
+    shared = [k for k in other if k in base and other[k].shape == base[k].shape]
+    assert len(shared) >= len(other) - 2 * SMALL.n_layer - 1  # all but the swapped MLP/norms
+    for name in shared:
+        assert torch.equal(other[name], base[name]), name
+
+
 def test_qk_norm_is_applied_with_its_gains_and_the_scale() -> None:
     from helpers.norms import rms_norm
 
