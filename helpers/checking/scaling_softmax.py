@@ -158,7 +158,7 @@ def check_scaled_scores(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
             _Property(
                 "shape",
                 "scores shape (B, T, T)",
-                "Transpose only the last two dimensions of k: k.transpose(-2, -1).",
+                "Return one (B, T, T) tensor: row i holds query i's score with every key j.",
                 shape,
             ),
             _Property(
