@@ -122,6 +122,19 @@ def returns_output_only(m_a, l_a, acc_a, m_b, l_b, acc_b):  # type: ignore[no-un
     return acc / l[..., None]
 
 
+def cached_by_shape() -> Callable[..., Any]:
+    """Remembers its first answer for each shape of inputs: right once, then stale."""
+    cache: dict[tuple[Any, ...], Any] = {}
+
+    def merge(*args: Tensor) -> Any:
+        key = tuple(tuple(a.shape) for a in args)
+        if key not in cache:
+            cache[key] = merge_partials(*args)
+        return cache[key]
+
+    return merge
+
+
 WRONG: dict[str, tuple[Callable[..., Any], str, str | None]] = {
     # name: (function, property that must fail, a phrase its hint must contain)
     "no_rescale_l": (no_rescale_l, "two_halves", "rescale the sums too"),
@@ -136,6 +149,7 @@ WRONG: dict[str, tuple[Callable[..., Any], str, str | None]] = {
     "clamped_empty_rows": (clamped_empty_rows, "empty_rows", None),
     "only_first_batch_row": (only_first_batch_row, "shapes", None),
     "returns_output_only": (returns_output_only, "shapes", "Return the three tensors"),
+    "cached_by_shape": (cached_by_shape, "folding", None),  # a factory: a fresh cache per run
 }
 
 SPECIFIC_HINTS = [hint for _, _, hint in WRONG.values() if hint is not None]
@@ -151,7 +165,7 @@ def test_right_answers_pass(name: str) -> None:
 @pytest.mark.parametrize("name", list(WRONG))
 def test_wrong_answers_fail_on_their_property_with_their_hint(name: str) -> None:
     fn, key, hint = WRONG[name]
-    result = _check(fn)
+    result = _check(fn() if fn is cached_by_shape else fn)
     assert not result
     assert result.failed_key == key, result.report
     if hint is not None:
@@ -159,6 +173,19 @@ def test_wrong_answers_fail_on_their_property_with_their_hint(name: str) -> None
     else:  # a mistake with no hint of its own must not be given another mistake's hint
         assert not any(h in result.report for h in SPECIFIC_HINTS), result.report
     assert "Traceback" not in result.report
+
+
+def test_every_property_is_the_first_failure_of_some_mistake() -> None:
+    keys = set(_check(merge_partials).property_keys)
+    assert keys == {key for _, key, _ in WRONG.values()}
+
+
+def test_global_random_state_is_left_alone() -> None:
+    torch.manual_seed(123)
+    before = torch.rand(3)
+    torch.manual_seed(123)
+    _check(merge_partials)
+    assert torch.equal(torch.rand(3), before)
 
 
 def test_stub_and_errors_get_a_report_not_an_exception() -> None:

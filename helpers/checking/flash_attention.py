@@ -251,10 +251,10 @@ def check_merge_partials(
             what = describe(shape, n, split, seed, note)
             compare(call(s, a, b, what), a, b, what)
         # Exact zeros and ties: every score 0 on both sides (equal maxima, uniform weights).
-        v = _randn(2, 6, 4, seed=23)
-        zeros = torch.zeros(2, 3, 6)
+        v = _randn(3, 6, 5, seed=23)
+        zeros = torch.zeros(3, 2, 6)
         a, b = _partial(zeros[..., :2], v[:, :2]), _partial(zeros[..., 2:], v[:, 2:])
-        what = "every score exactly 0 (equal maxima m_a = m_b = 0), rows (2, 3), head_size 4"
+        what = "every score exactly 0 (equal maxima m_a = m_b = 0), rows (3, 2), head_size 5"
         compare(call(s, a, b, what), a, b, what)
 
     def folding(s: _Session) -> None:
