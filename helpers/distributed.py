@@ -137,6 +137,36 @@ def fsdp_bytes_per_step(n_params: int, world_size: int, bytes_per_element: int =
     return 3 * (world_size - 1) / world_size * n_params * bytes_per_element
 
 
+def tokens_to_hide_allreduce(
+    world_size: int,
+    flops_per_second: float,
+    bytes_per_second: float,
+    bytes_per_element: int = 2,
+) -> float:
+    """Tokens each rank must process per step for its compute to take as long as DDP's gradient
+    all-reduce: the point above which communication can hide behind the backward pass.
+
+    Compute per step is about ``6 * n_params * tokens`` FLOPs (forward and backward, ignoring
+    attention's own share); the all-reduce sends ``2 (N - 1) / N * n_params * bytes_per_element``
+    bytes. Setting the two times equal, ``n_params`` cancels:
+    ``tokens = 2 (N - 1) / N * bytes_per_element * flops_per_second / (6 * bytes_per_second)``.
+    The answer does not depend on the size of the model, only on the hardware's ratio of
+    arithmetic to bandwidth.
+    """
+    check_positive_int("world_size", world_size)
+    check_positive_int("bytes_per_element", bytes_per_element)
+    if not (flops_per_second > 0 and bytes_per_second > 0):
+        raise ValueError("flops_per_second and bytes_per_second must be positive")
+    return (
+        2
+        * (world_size - 1)
+        / world_size
+        * bytes_per_element
+        * flops_per_second
+        / (6 * bytes_per_second)
+    )
+
+
 def training_state_bytes(
     n_params: int, world_size: int = 1, *, sharded: bool = False, adam: bool = True
 ) -> float:

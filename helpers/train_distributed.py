@@ -181,6 +181,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
     )
 
     losses = torch.zeros(args.steps, device=env.device)  # kept on the device: no sync per step
+    grad_norms = torch.zeros(args.steps, device=env.device)
     first_x = None
     start = time.perf_counter()
     for step in range(args.steps):
@@ -208,8 +209,10 @@ def main(argv: Sequence[str] | None = None) -> dict:
                     _, loss = step_model(x, y)
                 (loss / args.grad_accum).backward()
             losses[step] += loss.detach() / args.grad_accum
-        if args.grad_clip > 0:
-            nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip)
+        # The norm of the whole (averaged) gradient, before clipping: a gradient summed instead
+        # of averaged over ranks shows here, while Adam's update would almost hide it.
+        norm = nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip or float("inf"))
+        grad_norms[step] = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
         optimizer.step()
     if env.world_size > 1:
         dist.all_reduce(losses)
@@ -242,6 +245,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         "steps": args.steps,
         "global_batch": global_batch,
         "train_loss": losses.tolist(),
+        "grad_norm": grad_norms.tolist(),
         "seconds": seconds,
         "tokens_per_second": args.steps * global_batch * args.block_size / seconds,
         "n_params": sum(p.numel() for p in GPT(model.config).parameters()),
@@ -268,10 +272,10 @@ def main(argv: Sequence[str] | None = None) -> dict:
         if args.report is not None:
             args.report.parent.mkdir(parents=True, exist_ok=True)
             args.report.write_text(json.dumps(report, indent=1))
-        print(
-            f"{args.mode}, {env.world_size} process(es): val loss {val:.4f} "
-            f"after {args.steps} steps"
-        )
+        who = f"{env.world_size} process(es)"
+        if args.emulate_ranks > 1:
+            who = f"1 process drawing {args.emulate_ranks} ranks' batches"
+        print(f"{args.mode}, {who}: val loss {val:.4f} after {args.steps} steps")
     if env.world_size > 1:
         dist.barrier()
         dist.destroy_process_group()

@@ -22,6 +22,7 @@ from helpers.distributed import (
     rank_generator,
     ring_allreduce_bytes,
     run_torchrun,
+    tokens_to_hide_allreduce,
     torchrun_command,
     training_state_bytes,
 )
@@ -47,6 +48,17 @@ def test_fsdp_sends_one_and_a_half_times_ddp() -> None:
         assert fsdp_bytes_per_step(124_000_000, n) == pytest.approx(
             1.5 * ddp_bytes_per_step(124_000_000, n)
         )
+
+
+def test_tokens_to_hide_allreduce_balances_compute_and_traffic() -> None:
+    n_params, world, flops, bandwidth = 10**8, 8, 4e14, 4.5e11
+    tokens = tokens_to_hide_allreduce(world, flops, bandwidth, bytes_per_element=2)
+    compute_seconds = 6 * n_params * tokens / flops
+    comm_seconds = ddp_bytes_per_step(n_params, world, bytes_per_element=2) / bandwidth
+    assert compute_seconds == pytest.approx(comm_seconds)
+    assert tokens_to_hide_allreduce(1, flops, bandwidth) == 0.0
+    with pytest.raises(ValueError):
+        tokens_to_hide_allreduce(2, 0.0, bandwidth)
 
 
 def test_training_state_bytes() -> None:
@@ -156,6 +168,10 @@ def test_parallel_training_equals_one_process(three_runs, name: str) -> None:
     assert report["ranks_drew_distinct_batches"] is True
     assert_close(
         torch.tensor(report["train_loss"]), torch.tensor(single["train_loss"]), rtol=1e-5, atol=1e-5
+    )
+    # The averaged gradient has the norm of the whole batch's gradient (a sum would double it).
+    assert_close(
+        torch.tensor(report["grad_norm"]), torch.tensor(single["grad_norm"]), rtol=1e-4, atol=0
     )
     model, _ = load_gpt(path)  # the checkpoint loads with the book's own loader
     reference, _ = load_gpt(single_path)
