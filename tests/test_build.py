@@ -14,7 +14,8 @@ def toc_files() -> list[str]:
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
     files = [toc["root"]]
     for part in toc.get("parts", []):
-        files += [chapter["file"] for chapter in part["chapters"]]
+        for chapter in part["chapters"]:
+            files += [chapter["file"]] + [s["file"] for s in chapter.get("sections", [])]
     return files
 
 
