@@ -70,7 +70,7 @@
     const topkOut = el("span", { class: "afs-mono" });
     const followIn = el("input", { type: "checkbox", checked: true });
     const seedIn = el("input", { type: "number", min: 0, max: MAX_SEED, step: 1,
-      value: state.seed, "aria-label": "seed" });
+      value: state.seed, "aria-label": "seed", style: "width:8em" }); // room for 10 digits
     const lengthIn = el("input", { type: "number", min: 1, max: MAX_GENERATE, step: 1,
       value: 120, "aria-label": "characters to generate" });
     const genBtn = el("button", { type: "button", class: "afs-generate", text: "generate" });
