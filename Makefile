@@ -17,7 +17,9 @@ TEST_STAMP = $(VENV)/.installed-test
 PIP     = $(BIN)/python -m pip
 # Linux: PyTorch's CPU build from its CPU index first (the default Linux wheel brings several GB
 # of CUDA packages). Where that index cannot be reached, pip falls back to the CPU wheel a
-# configured find-links directory provides. macOS: the default wheel.
+# configured find-links directory provides. macOS: the default wheel. Only torch itself comes
+# from that index (--no-deps): its dependencies come, pinned, with the requirements next, so
+# pip does not ask the PyTorch index for each of them (an unreachable index costs retries).
 TORCH_VERSION = $(shell sed -n 's/^torch==\([0-9.]*\).*/\1/p' requirements.txt)
 ifeq ($(shell uname -s),Linux)
 TORCH_INSTALL = "torch==$(TORCH_VERSION)+cpu" --extra-index-url https://download.pytorch.org/whl/cpu
@@ -52,7 +54,7 @@ define venv_install
 	@$(MAKE) --no-print-directory check-python
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet $(TORCH_INSTALL)
+	$(PIP) install --quiet --no-deps $(TORCH_INSTALL)
 	$(PIP) install --quiet -r $(1) -c constraints.txt
 endef
 
