@@ -2,7 +2,7 @@
 ``torchrun`` sets up, giving each rank its own data, averaging gradients, and the arithmetic of
 what the devices must send each other.
 
-Defined in chapter 11, "Training on more than one device". The training script that uses it is
+Defined in the chapter "Training on more than one device". The training script that uses it is
 ``helpers/train_distributed.py`` (``torchrun --nproc-per-node 2 -m helpers.train_distributed``).
 
 Every process started by ``torchrun`` runs the same script. ``torchrun`` tells each one who it is
@@ -127,10 +127,13 @@ def ddp_bytes_per_step(n_params: int, world_size: int, bytes_per_element: int = 
 
 
 def fsdp_bytes_per_step(n_params: int, world_size: int, bytes_per_element: int = 4) -> float:
-    """Bytes each rank sends per step with parameters, gradients and optimiser state sharded
-    (FSDP / ZeRO-3): an all-gather of the parameters for the forward pass, another for the
-    backward pass, and a reduce-scatter of the gradients, each ``(N - 1) / N`` of the model:
-    ``3 (N - 1) / N`` times its size, 1.5 times data parallelism's all-reduce."""
+    """At most the bytes each rank sends per step with parameters, gradients and optimiser state
+    sharded (FSDP / ZeRO-3): an all-gather of the parameters for the forward pass, another for
+    the backward pass, and a reduce-scatter of the gradients, each ``(N - 1) / N`` of the model:
+    ``3 (N - 1) / N`` times its size, 1.5 times data parallelism's all-reduce. It is an upper
+    bound: FSDP2 by default keeps the root module's weights (here the embeddings, the tied head
+    and the last norm) gathered from the forward to the backward pass, so those are gathered
+    once; and sharding only gradients and optimiser state (ZeRO-1/2) costs what DDP costs."""
     check_non_negative_int("n_params", n_params)
     check_positive_int("world_size", world_size)
     check_positive_int("bytes_per_element", bytes_per_element)
@@ -141,29 +144,30 @@ def tokens_to_hide_allreduce(
     world_size: int,
     flops_per_second: float,
     bytes_per_second: float,
-    bytes_per_element: int = 2,
+    bytes_per_element: int = 4,
 ) -> float:
-    """Tokens each rank must process per step for its compute to take as long as DDP's gradient
-    all-reduce: the point above which communication can hide behind the backward pass.
+    """Tokens each rank must process per step for its backward pass to take as long as DDP's
+    gradient all-reduce: below this, the ranks wait for the network.
 
-    Compute per step is about ``6 * n_params * tokens`` FLOPs (forward and backward, ignoring
-    attention's own share); the all-reduce sends ``2 (N - 1) / N * n_params * bytes_per_element``
-    bytes. Setting the two times equal, ``n_params`` cancels:
-    ``tokens = 2 (N - 1) / N * bytes_per_element * flops_per_second / (6 * bytes_per_second)``.
-    The answer does not depend on the size of the model, only on the hardware's ratio of
-    arithmetic to bandwidth.
+    Only the backward pass can overlap the all-reduce (no gradient exists during the forward
+    pass), and it costs about ``4 * n_params * tokens`` FLOPs (ignoring attention's own share);
+    the all-reduce sends ``2 (N - 1) / N * n_params * bytes_per_element`` bytes over a link of
+    ``bytes_per_second`` in each direction. Setting the two times equal, ``n_params`` cancels:
+    ``tokens = (N - 1) / N * bytes_per_element * flops_per_second / (2 * bytes_per_second)``.
+    To first order the answer does not depend on the model's size, only on the hardware's ratio
+    of arithmetic to bandwidth (it ignores latency, which dominates small messages, and the last
+    bucket's all-reduce, which nothing can hide).
     """
     check_positive_int("world_size", world_size)
     check_positive_int("bytes_per_element", bytes_per_element)
     if not (flops_per_second > 0 and bytes_per_second > 0):
         raise ValueError("flops_per_second and bytes_per_second must be positive")
     return (
-        2
-        * (world_size - 1)
+        (world_size - 1)
         / world_size
         * bytes_per_element
         * flops_per_second
-        / (6 * bytes_per_second)
+        / (2 * bytes_per_second)
     )
 
 

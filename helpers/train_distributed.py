@@ -1,6 +1,7 @@
 """Train the book's GPT on one process, several processes, or several machines.
 
-Defined in chapter 11, "Training on more than one device". The same script runs unchanged
+Defined in the chapter "Training on more than one device". The same script is written to run
+unchanged
 
 - on one CPU:            ``python -m helpers.train_distributed --steps 200``
 - on two CPU processes:  ``torchrun --nproc-per-node 2 -m helpers.train_distributed``

@@ -1,4 +1,4 @@
-"""The exercise checker of chapter 11, "Training on more than one device": the reader's
+"""The exercise checker of the chapter "Training on more than one device": the reader's
 gradient all-reduce (``check_average_gradients``).
 
 The reader's function runs where it would in real training: in separate processes joined by a
