@@ -32,7 +32,11 @@ def test_every_toc_page_is_built(book_build) -> None:
 
 def test_every_notebook_is_in_the_toc() -> None:
     listed = set(toc_files())
-    notebooks = {str(p.relative_to(ROOT).with_suffix("")) for p in (ROOT / "book").rglob("*.ipynb")}
+    notebooks = {
+        str(p.relative_to(ROOT).with_suffix(""))
+        for p in (ROOT / "book").rglob("*.ipynb")
+        if ".ipynb_checkpoints" not in p.parts  # Jupyter's saved copies of opened notebooks
+    }
     assert notebooks - listed == set(), "notebooks missing from _toc.yml"
 
 

@@ -63,6 +63,8 @@ def lab_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         f"--ServerApp.root_dir={ROOT}",
         f"--LabApp.user_settings_dir={tmp / 'settings'}",
         f"--LabApp.workspaces_dir={tmp / 'workspaces'}",
+        # Opening a notebook saves a checkpoint: into the temporary folder, not into book/.
+        f"--FileCheckpoints.root_dir={tmp / 'checkpoints'}",
     ]
     log = (tmp / "server.log").open("w")
     server = subprocess.Popen(

@@ -14,7 +14,10 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 
-NOTEBOOKS = sorted((ROOT / "book").rglob("*.ipynb"))
+# Jupyter saves checkpoints of opened notebooks in .ipynb_checkpoints/ (ignored by git).
+NOTEBOOKS = sorted(
+    p for p in (ROOT / "book").rglob("*.ipynb") if ".ipynb_checkpoints" not in p.parts
+)
 REPOSITORY_URL = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
 
 
