@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 
 import pytest
 import torch
@@ -156,3 +157,29 @@ def test_errors(tmp_path) -> None:
     assert json.loads((tmp_path / "config.json").read_text())["n_layer"] == 3
     with pytest.raises(ValueError, match="ln_f.weight"):
         load_gpt2(tmp_path)
+
+
+def test_exact_gelu_would_fail() -> None:
+    # GPT-2 uses the tanh GELU: the same weights with the exact GELU miss the tolerance.
+    hf = _hf_model(5)
+    model = gpt_from_hf_state(hf.state_dict(), hf.config)
+    exact = GPT(replace(model.config, mlp="gelu")).eval()
+    exact.load_state_dict(model.state_dict())
+    idx = torch.arange(20)[None] % 101
+    with torch.no_grad():
+        expected = hf(idx).logits
+        torch.testing.assert_close(model(idx)[0], expected, rtol=1e-5, atol=1e-5)
+        assert not torch.allclose(exact(idx)[0], expected, rtol=1e-5, atol=1e-5)
+
+
+def test_layer_norm_epsilon_is_carried_over() -> None:
+    hf = _hf_model(6, layer_norm_epsilon=0.5)  # large enough to change every output
+    model = gpt_from_hf_state(hf.state_dict(), hf.config)
+    assert model.config.norm_eps == 0.5
+    default_eps = GPT(replace(model.config, norm_eps=1e-5)).eval()
+    default_eps.load_state_dict(model.state_dict())
+    idx = torch.arange(20)[None] % 101
+    with torch.no_grad():
+        expected = hf(idx).logits
+        torch.testing.assert_close(model(idx)[0], expected, rtol=1e-5, atol=1e-5)
+        assert not torch.allclose(default_eps(idx)[0], expected, rtol=1e-5, atol=1e-5)
