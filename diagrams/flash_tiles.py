@@ -113,7 +113,14 @@ def draw() -> Figure:
     )
     arrow(ax, (x1 + 2.35, 2.5), (x1 + 2.35, 2.25), lw=1.0)
     box(ax, x1, 1.2, 4.7, 1.0, color=INK, fill=0.04)
-    text(ax, x1 + 0.15, 2.0, "a new tile gives its own (m', l', acc'); merge:", size=8, ha="left")
+    text(
+        ax,
+        x1 + 0.15,
+        2.0,
+        r"a new tile gives its own $(m', \ell', \mathrm{acc}')$; merge:",
+        size=8,
+        ha="left",
+    )
     text(ax, x1 + 0.15, 1.7, r"$\hat{m} = \max(m, m')$", size=8.5, ha="left")
     text(
         ax,
