@@ -63,7 +63,7 @@ def test_accuracy_counts_only_valid_positions():
     )
 
 
-def test_two_heads_learn_the_task_and_one_head_does_not():
+def test_in_300_steps_two_heads_learn_the_task_and_one_head_does_not():
     torch.set_num_threads(1)
     idx, targets = make_lookback_batch(256, 12, 8, (1, 3), torch.Generator().manual_seed(99))
     two, losses = train_lookback(ToyConfig(n_head=2), seed=1, steps=300)
