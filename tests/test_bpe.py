@@ -224,3 +224,21 @@ def test_errors(tok: BPETokenizer) -> None:
         BPETokenizer({(97, 98): 256}, {**vocab, 256: b"ba"})
     with pytest.raises(ValueError, match="256 bytes"):
         BPETokenizer({}, {i: bytes([i]) for i in range(255)})
+
+
+def test_bytes_to_unicode_matches_tokenizers_byte_level() -> None:
+    # every byte that valid UTF-8 can hold, through tokenizers' own ByteLevel mapping
+    from tokenizers import pre_tokenizers
+
+    table = bytes_to_unicode()
+    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    chars = [chr(c) for c in range(0x800)] + ["\u0800", "\uffff", "\U00010000", "\U0010ffff"]
+    chars += [chr(0x1000 * k) for k in range(1, 16) if not 0xD8 <= k * 0x10 <= 0xDF]
+    chars += [chr(0x40000 * k) for k in range(1, 5)]
+    seen = set()
+    for c in chars:
+        ((got, _),) = byte_level.pre_tokenize_str(c)
+        assert got == "".join(table[b] for b in c.encode()), repr(c)
+        seen |= set(c.encode())
+    assert len(seen) == 256 - 13  # all but C0, C1 and F5..FF, which UTF-8 never uses
+    assert set(pre_tokenizers.ByteLevel.alphabet()) == set(table.values())
