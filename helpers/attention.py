@@ -112,8 +112,10 @@ def scaled_dot_product_attention(
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
 
-    scores = q @ k.transpose(-2, -1)  # (..., T_q, T_k): omega = q . k, unscaled
-    logits = scores * scale  # the softmax input, omega / sqrt(d_k) by default
+    # The softmax input, omega / sqrt(d_k) by default, where omega = q . k are the scores. The
+    # unscaled scores are not kept in a variable of their own: that would keep one more
+    # (T_q, T_k) matrix alive until the function returns.
+    logits = (q @ k.transpose(-2, -1)) * scale  # (..., T_q, T_k)
     if is_causal:
         T_q, T_k = q.shape[-2], k.shape[-2]
         if T_q != T_k:
