@@ -63,6 +63,9 @@ NOTEBOOKS = [
     "book/part1/averaging.ipynb",
     "book/part1/causal_masking.ipynb",
     "book/part1/queries_keys_values.ipynb",
+    "book/part1/scaling_softmax.ipynb",
+    "book/part1/multihead_cross.ipynb",
+    "book/part1/positional_encoding.ipynb",
 ]
 
 SMALL = 10  # integers up to this are counting words
