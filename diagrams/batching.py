@@ -5,12 +5,12 @@ from __future__ import annotations
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from diagrams.style import INK, MUTED, arrow, canvas, grid, text, tint
+from diagrams.style import INK, MUTED, TOKEN_COLORS, arrow, canvas, grid, text, tint
 
 TEXT = "First Citizen:\nBefore we proceed"
 BLOCK = 8
 STARTS = [2, 17]  # two windows of the batch (random starts in training)
-WINDOW_COLORS = ["#E69F00", "#56B4E9"]
+WINDOW_COLORS = [TOKEN_COLORS[0], TOKEN_COLORS[3]]  # neither is a query, key or value colour
 
 
 def _show(ch: str) -> str:

@@ -4,10 +4,20 @@ from __future__ import annotations
 
 from matplotlib.figure import Figure
 
-from diagrams.style import INK, MUTED, QUERY_COLOR, arrow, box, canvas, grid, text, tint
+from diagrams.style import (
+    HEAD_COLORS,
+    INK,
+    MUTED,
+    QUERY_COLOR,
+    arrow,
+    box,
+    canvas,
+    grid,
+    text,
+    tint,
+)
 
 T, N_HEAD, HS = 4, 4, 2  # tokens, heads, head_size (drawn small); C = N_HEAD * HS
-HEAD_COLORS = ["#CC79A7", "#E69F00", "#56B4E9", "#F0E442"]  # one per head
 
 
 def _banded(ax, x: float, top: float, cell: float, amount: float = 0.6) -> tuple[float, float]:
