@@ -235,7 +235,11 @@ def run_torchrun(
     env: dict[str, str] | None = None,
 ) -> str:
     """Run ``torchrun`` on this machine (``nnodes`` copies of it, all on 127.0.0.1, stand in for
-    that many machines) and return rank 0's output.
+    that many machines) and return what the first node printed to standard output.
+
+    Standard error (torchrun's own banners, and any warnings PyTorch's C++ side logs while the
+    processes shut down) is kept apart: it appears only in the error of a failed launch, so the
+    returned text is the script's own output and nothing else.
 
     Each ``torchrun`` is started in its own process group and killed with everything it started
     if it runs past ``timeout`` seconds, so a hung collective cannot hang the caller.
@@ -249,7 +253,7 @@ def run_torchrun(
         subprocess.Popen(
             torchrun_command(target, nproc_per_node=nproc_per_node, port=port, nnodes=nnodes),
             stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
+            stderr=subprocess.PIPE,
             text=True,
             env=base_env,
             start_new_session=True,
@@ -260,17 +264,17 @@ def run_torchrun(
     failed: list[str] = []
     for i, proc in enumerate(procs):
         try:
-            out, _ = proc.communicate(timeout=timeout)
+            out, err = proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             for p in procs:
                 if p.poll() is None:
                     os.killpg(p.pid, signal.SIGKILL)
-            out, _ = proc.communicate()
-            failed.append(f"node {i} timed out after {timeout} s:\n{out}")
+            out, err = proc.communicate()
+            failed.append(f"node {i} timed out after {timeout} s:\n{out}{err}")
             continue
         outputs.append(out)
         if proc.returncode != 0:
-            failed.append(f"node {i} exited with {proc.returncode}:\n{out}")
+            failed.append(f"node {i} exited with {proc.returncode}:\n{out}{err}")
     if failed:
         raise RuntimeError("torchrun failed\n" + "\n".join(failed))
     return _strip_torchrun_banner(outputs[0])
