@@ -33,7 +33,7 @@ NBVAL   = --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize
 # tests of the built book (built once), then the rest. One torch thread per worker: the workers
 # share the cores instead of oversubscribing them, and outputs stay reproducible.
 JOBS   ?= $(shell nproc 2>/dev/null || sysctl -n hw.ncpu 2>/dev/null || echo 2)
-PARALLEL = -n $(JOBS) --dist loadfile --no-loadscope-reorder
+PARALLEL = -n $(JOBS) --dist loadfile --no-loadscope-reorder --durations=25
 # JupyterLab refuses to start as root (containers, cloud machines) unless told to.
 LAB_ROOT = $(if $(filter 0,$(shell id -u)),--allow-root)
 
@@ -116,7 +116,7 @@ nbval: install-test
 
 # Re-execute one notebook in place after editing it: make execute NB=book/part1/averaging.ipynb
 execute: install
-	IPYTHONDIR=$(CURDIR)/tests/ipython $(BIN)/jupyter nbconvert --to notebook --execute --inplace \
+	$(TEST_ENV) IPYTHONDIR=$(CURDIR)/tests/ipython $(BIN)/jupyter nbconvert --to notebook --execute --inplace \
 	  --ExecutePreprocessor.record_timing=False --ExecutePreprocessor.timeout=900 $(NB)
 
 # Retrain chapter 8's model and replace the checkpoint the book ships,
