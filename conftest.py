@@ -9,8 +9,9 @@
 
 Under pytest-xdist (`make test` runs `-n JOBS --dist loadfile --no-loadscope-reorder`), a worker
 runs a whole file (a notebook's cells share one kernel), and files are handed out in the order
-set here: the GPT chapter first (its long training keeps one worker busy), then the tests of the
-built book (the worker that gets them builds the book once; see tests/conftest.py), then the rest.
+set here: the GPT and modern chapters first (their long trainings keep two workers busy), then
+the tests of the built book (the worker that gets them builds the book once; see
+tests/conftest.py), then the rest.
 """
 
 from __future__ import annotations
@@ -25,8 +26,11 @@ os.environ.setdefault("IPYTHONDIR", str(Path(__file__).parent / "tests" / "ipyth
 
 
 ROOT = Path(__file__).parent
-# The notebook whose re-execution takes longest (it trains the GPT): handed out first.
-LONGEST_FIRST = (ROOT / "book" / "part2" / "gpt.ipynb",)
+# The notebooks whose re-execution takes longest, handed out first, one to each worker: the GPT
+# chapter (its training, about 7 minutes on one thread) and the modern chapter (its ablation,
+# about 4). Handed out late, the second one would start on whichever worker is free and
+# finish minutes after everything else.
+LONGEST_FIRST = (ROOT / "book" / "part2" / "gpt.ipynb", ROOT / "book" / "part3" / "modern.ipynb")
 BUILT_BOOK_FILES = ("test_build", "test_browser")  # file-name prefixes
 
 
