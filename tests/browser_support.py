@@ -71,6 +71,27 @@ class Page:
         self.context.close()
 
 
+# Syntax highlighting draws every token of a code cell as a span whose colour comes from its
+# Pygments class (`k`, `nf`, `s2`, ...): the same colour on the same background on every page.
+# Checking the contrast of thousands of such spans on every page is most of axe's time, so a
+# token class is checked on the first page that shows it; on later pages its spans are turned
+# back into plain text (checked as the code block's own text colour) before axe runs.
+UNWRAP_SEEN_TOKENS = """(seen) => {
+    const known = new Set(seen), found = new Set();
+    for (const span of [...document.querySelectorAll('div.highlight pre span[class]')]) {
+        if (known.has(span.className)) span.replaceWith(document.createTextNode(span.textContent));
+        else found.add(span.className);
+    }
+    return [...found];
+}"""
+
+
+def unwrap_seen_tokens(page, seen: set[str]) -> None:
+    """Turn the page's highlighted code tokens whose class an earlier page showed into plain text,
+    and add the page's new token classes to seen. Changes the page: call it last."""
+    seen.update(page.evaluate(UNWRAP_SEEN_TOKENS, sorted(seen)))
+
+
 def axe_violations(page, context: str | None = None) -> list[str]:
     """The serious and critical accessibility violations axe-core finds on the page as shown."""
     from axe_playwright_python.sync_playwright import Axe
