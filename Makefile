@@ -20,9 +20,7 @@ PIP     = $(BIN)/python -m pip
 # configured find-links directory provides. macOS: the default wheel. Only torch itself comes
 # from that index (--no-deps): its dependencies come, pinned, with the requirements next, so
 # pip does not ask the PyTorch index for each of them (an unreachable index costs retries: one
-# retry, not pip's five, which on an offline machine wait 8 s for nothing). --no-compile: Python
-# compiles the modules that are imported when they first are, not all of them at install time
-# (15 s less for a fresh install of the test toolchain).
+# retry, not pip's five, which on an offline machine wait 8 s for nothing).
 TORCH_VERSION = $(shell sed -n 's/^torch==\([0-9.]*\).*/\1/p' requirements.txt)
 ifeq ($(shell uname -s),Linux)
 TORCH_INSTALL = "torch==$(TORCH_VERSION)+cpu" --extra-index-url https://download.pytorch.org/whl/cpu
@@ -57,8 +55,8 @@ define venv_install
 	@$(MAKE) --no-print-directory check-python
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet --no-compile --retries 1 --no-deps $(TORCH_INSTALL)
-	$(PIP) install --quiet --no-compile -r $(1) -c constraints.txt
+	$(PIP) install --quiet --retries 1 --no-deps $(TORCH_INSTALL)
+	$(PIP) install --quiet -r $(1) -c constraints.txt
 endef
 
 # Reading: build the book, run the notebooks (`make book`, `make lab`).
