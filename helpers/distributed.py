@@ -277,14 +277,4 @@ def run_torchrun(
             failed.append(f"node {i} exited with {proc.returncode}:\n{out}{err}")
     if failed:
         raise RuntimeError("torchrun failed\n" + "\n".join(failed))
-    return _strip_torchrun_banner(outputs[0])
-
-
-def _strip_torchrun_banner(text: str) -> str:
-    """Drop ``torchrun``'s own warning lines (the OMP_NUM_THREADS banner) from an output."""
-    keep = [
-        line
-        for line in text.splitlines()
-        if not line.startswith(("W1", "W0", "I1", "I0")) or "torch/distributed" not in line
-    ]
-    return "\n".join(keep).strip() + "\n"
+    return outputs[0]
