@@ -159,27 +159,26 @@ def test_errors(tmp_path) -> None:
         load_gpt2(tmp_path)
 
 
-def test_exact_gelu_would_fail() -> None:
-    # GPT-2 uses the tanh GELU: the same weights with the exact GELU miss the tolerance.
-    hf = _hf_model(5)
+def _converted_matches_and_variant_misses(hf, **change) -> GPT:
+    """Convert ``hf``; assert its logits match, and that the same weights in a GPT whose config
+    differs by ``change`` miss the same tolerance (so the test could catch that difference)."""
     model = gpt_from_hf_state(hf.state_dict(), hf.config)
-    exact = GPT(replace(model.config, mlp="gelu")).eval()
-    exact.load_state_dict(model.state_dict())
+    variant = GPT(replace(model.config, **change)).eval()
+    variant.load_state_dict(model.state_dict())
     idx = torch.arange(20)[None] % 101
     with torch.no_grad():
         expected = hf(idx).logits
         torch.testing.assert_close(model(idx)[0], expected, rtol=1e-5, atol=1e-5)
-        assert not torch.allclose(exact(idx)[0], expected, rtol=1e-5, atol=1e-5)
+        assert not torch.allclose(variant(idx)[0], expected, rtol=1e-5, atol=1e-5)
+    return model
+
+
+def test_exact_gelu_would_fail() -> None:
+    # GPT-2 uses the tanh GELU: the same weights with the exact GELU miss the tolerance.
+    _converted_matches_and_variant_misses(_hf_model(5), mlp="gelu")
 
 
 def test_layer_norm_epsilon_is_carried_over() -> None:
     hf = _hf_model(6, layer_norm_epsilon=0.5)  # large enough to change every output
-    model = gpt_from_hf_state(hf.state_dict(), hf.config)
+    model = _converted_matches_and_variant_misses(hf, norm_eps=1e-5)
     assert model.config.norm_eps == 0.5
-    default_eps = GPT(replace(model.config, norm_eps=1e-5)).eval()
-    default_eps.load_state_dict(model.state_dict())
-    idx = torch.arange(20)[None] % 101
-    with torch.no_grad():
-        expected = hf(idx).logits
-        torch.testing.assert_close(model(idx)[0], expected, rtol=1e-5, atol=1e-5)
-        assert not torch.allclose(default_eps(idx)[0], expected, rtol=1e-5, atol=1e-5)
