@@ -15,6 +15,9 @@ Recipes (a model plus how it is optimised):
   QK-norm, squared-ReLU MLP) trained with Muon for the blocks' matrices and AdamW for the rest.
 * the ablation of chapter 10, one upgrade at a time on the book's recipe: ``rope``, ``rmsnorm``,
   ``qknorm``, ``relu2``, ``swiglu``, ``muon``.
+* ``tuned``: the best recipe of a search at the full budget (``bench/README.md``): rotary
+  positions, Muon at twice AdamW's rate.
+* ``book_c128``: the book's learning rate at the reference's width (separates the two).
 * ``gpu``: nanoGPT's GPU configuration (6 layers, 6 heads, ``n_embd`` 384, ``block_size`` 256,
   batch 64, dropout 0.2, lr 1e-3 -> 1e-4), for ``--device cuda`` (bf16 autocast).
 
@@ -33,6 +36,9 @@ same batches, and the same initial values to every weight two architectures shar
 mean ± sd, and each recipe's difference from ``book`` and ``reference`` paired by seed.
 ``--results bench/results.json --label NAME`` stores everything in a JSON file (layout:
 :func:`validate_results`) for the book and ``bench/README.md`` to read.
+``--jobs N`` trains N runs at once in separate processes: with fixed step counts the results do
+not depend on how busy the machine is. ``train_for_seconds`` trains for a wall-clock budget
+instead (``bench/wallclock.py``'s headline comparison).
 
 Examples::
 
@@ -47,9 +53,12 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
+import itertools
 import json
 import math
+import multiprocessing
 import statistics
 import sys
 import time
@@ -135,6 +144,14 @@ def _book_with(name: str, muon: bool = False, **switches: object) -> Recipe:
 
 MODERN = _book_with("modern", muon=True, pos="rope", norm="rmsnorm", qk_norm=True, mlp="relu2")
 
+# The best recipe of a search at the full 180 s budget, chosen on the validation split (three
+# seeds each; bench/README.md): the book's model with rotary positions, Muon at 2x AdamW's rate.
+TUNED = replace(_book_with("tuned", muon=True, pos="rope"), muon_lr_scale=2.0)
+
+# The book's recipe (learning rate 5e-3 -> 5e-5) at the reference's width: against
+# `reference`, it separates the learning rate from the width.
+BOOK_C128 = replace(BOOK, name="book_c128", model=replace(BOOK.model, n_embd=128))
+
 # nanoGPT's GPU configuration for Shakespeare characters (config/train_shakespeare_char.py).
 GPU = Recipe(
     "gpu",
@@ -151,6 +168,8 @@ RECIPES = {
         REFERENCE,
         BOOK,
         MODERN,
+        TUNED,
+        BOOK_C128,
         _book_with("rope", pos="rope"),
         _book_with("rmsnorm", norm="rmsnorm"),
         _book_with("qknorm", qk_norm=True),
@@ -186,7 +205,12 @@ def validate_results(results: object) -> None:
     ``{"schema": 1, "runs": {label: {"machine": {...}, "command": str, "recipes": {name:
     {"describe": str, "params": int, "tokens_per_s": float, "mfu": float, "seeds": [int],
     "steps": [int], "val_loss": [float], "test_loss": [float], "seconds": [float],
-    "cpu_seconds": [float]}}}}}``, one list entry per seed."""
+    "cpu_seconds": [float]}}}}}``, one list entry per seed.
+
+    Optional: a recipe's ``"curves"`` (one list per seed of ``[step, seconds, val_loss]``
+    points, steps and seconds increasing) and ``tokens_per_s`` / ``mfu`` (positive where
+    given); a run's ``"calibration"`` (``{"command": str, "machine": {...}, "ms_per_step":
+    {name: float}}``, the measurement its step counts come from, one entry per recipe)."""
     if not isinstance(results, dict) or results.get("schema") != RESULTS_SCHEMA:
         raise ValueError(f"results must be a dict with schema {RESULTS_SCHEMA}")
     runs = results.get("runs")
@@ -219,8 +243,41 @@ def validate_results(results: object) -> None:
                 if not isinstance(rec.get(field), kind):
                     raise ValueError(f"{where}: {field} must be a {kind.__name__}")
             for field in ("tokens_per_s", "mfu"):
-                if not isinstance(rec.get(field), (int, float)) or not rec[field] > 0:
+                if field in rec and not (isinstance(rec[field], (int, float)) and rec[field] > 0):
                     raise ValueError(f"{where}: {field} must be a positive number")
+            if "curves" in rec:
+                _validate_curves(where, rec["curves"], n)
+        if "calibration" in run:
+            _validate_calibration(label, run["calibration"], set(recipes))
+
+
+def _validate_curves(where: str, curves: object, n: int) -> None:
+    if not isinstance(curves, list) or len(curves) != n:
+        raise ValueError(f"{where}: curves must be a list of {n} curves (one per seed)")
+    for curve in curves:
+        if not isinstance(curve, list) or not all(
+            isinstance(pt, list)
+            and len(pt) == 3
+            and all(isinstance(v, (int, float)) and math.isfinite(v) for v in pt)
+            for pt in curve
+        ):
+            raise ValueError(f"{where}: a curve is a list of [step, seconds, val_loss] points")
+        for a, b in itertools.pairwise(curve):
+            if not (b[0] > a[0] and b[1] > a[1]):
+                raise ValueError(f"{where}: a curve's steps and seconds must increase")
+
+
+def _validate_calibration(label: str, calibration: object, names: set[str]) -> None:
+    if not (
+        isinstance(calibration, dict)
+        and isinstance(calibration.get("command"), str)
+        and isinstance(calibration.get("machine"), dict)
+        and isinstance(calibration.get("ms_per_step"), dict)
+    ):
+        raise ValueError(f"run {label!r}: calibration needs 'command', 'machine', 'ms_per_step'")
+    ms = calibration["ms_per_step"]
+    if set(ms) != names or not all(isinstance(v, (int, float)) and v > 0 for v in ms.values()):
+        raise ValueError(f"run {label!r}: calibration needs a positive ms_per_step per recipe")
 
 
 def write_results(path: str, label: str, run: dict) -> dict:
@@ -243,15 +300,25 @@ def mean_sd(values: list[float]) -> str:
     return f"{statistics.mean(values):.4f} ± {statistics.stdev(values):.4f}"
 
 
+def peak_dtype(device: str) -> torch.dtype:
+    """The dtype training computes its matrix products in: float32 on the CPU, bfloat16
+    (autocast) on a GPU. MFU is measured against the peak of that dtype."""
+    return torch.float32 if device == "cpu" else torch.bfloat16
+
+
 def matmul_peak_gflops(
     n: int = 2048, repeats: int = 10, device: str = "cpu", clock: str = "wall"
 ) -> float:
-    """Best float32 ``n x n @ n x n`` throughput in GFLOP/s with the current thread count
-    (``clock="cpu"``: per second of the process's CPU time, for one thread)."""
+    """Best ``n x n @ n x n`` throughput in GFLOP/s with the current thread count, in
+    :func:`peak_dtype` (on a GPU ``n`` is raised to 8192, enough to fill it;
+    ``clock="cpu"``: per second of the process's CPU time, for one thread)."""
     now = time.process_time if clock == "cpu" else time.perf_counter
+    dtype = peak_dtype(device)
+    if device != "cpu":
+        n = max(n, 8192)
     g = torch.Generator().manual_seed(0)
-    a = torch.randn(n, n, generator=g).to(device)
-    b = torch.randn(n, n, generator=g).to(device)
+    a = torch.randn(n, n, generator=g).to(device, dtype)
+    b = torch.randn(n, n, generator=g).to(device, dtype)
     best = float("inf")
     for i in range(repeats + 2):
         _sync(device)
@@ -419,6 +486,105 @@ def train_recipe(
     }
 
 
+def train_for_seconds(
+    recipe: Recipe,
+    train_data: torch.Tensor,
+    held_out: dict[str, torch.Tensor],
+    *,
+    seconds: float,
+    seed: int,
+    device: str,
+    curve_every: float = 0.0,
+    curve_batches: int = 20,
+    eval_batches: int = EVAL_BATCHES,
+) -> dict:
+    """Train ``recipe`` for ``seconds`` of wall clock, however many steps fit; return the
+    measurements as :func:`train_recipe` does, plus ``"curve"``.
+
+    The learning-rate schedule is the recipe's warm-up and cosine, with the run's length in steps
+    re-estimated before every step from the speed so far (``steps done / time so far * seconds``),
+    so the cosine reaches its end when the time is up, on a machine of any speed. Every
+    ``curve_every`` seconds of training (0: never) the clock is paused and the validation loss is
+    estimated on ``curve_batches`` batches; ``"curve"`` lists ``[step, training seconds, val
+    loss]`` points, the last one at the end of training.
+    """
+    if seconds <= 0:
+        raise ValueError(f"seconds must be positive, got {seconds}")
+    run = Run(recipe, train_data, seed, device)
+    curve: list[list[float]] = []
+    eval_cpu = [0.0]  # CPU time of the curve's evaluations, not counted as training
+
+    def point(elapsed: float) -> None:
+        cpu = time.process_time()
+        with run.autocast:
+            val = estimate_loss(
+                run.model,
+                {"val": held_out["val"]},
+                recipe.model.block_size,
+                EVAL_BATCH_SIZE,
+                curve_batches,
+                seed=EVAL_SEED,
+                device=device,
+            )["val"]
+        run.model.train()
+        curve.append([run.step, round(elapsed, 3), val])
+        eval_cpu[0] += time.process_time() - cpu
+
+    elapsed, next_point = 0.0, curve_every
+    cpu_start = time.process_time()
+    start = time.perf_counter()
+    while elapsed < seconds:
+        # Until the speed is known, a long schedule (these steps are warm-up steps anyway).
+        total = int(run.step / elapsed * seconds) if run.step >= 10 else 10**9
+        loss = run.steps(1, total_steps=max(total, run.step + 1))
+        elapsed = time.perf_counter() - start
+        if curve_every and elapsed >= next_point and elapsed < seconds:
+            point(elapsed)
+            start = time.perf_counter() - elapsed  # the evaluation's time is not training time
+            next_point += curve_every
+    cpu_seconds = time.process_time() - cpu_start - eval_cpu[0]
+    if curve_every:
+        point(elapsed)
+    with run.autocast:
+        losses = estimate_loss(
+            run.model,
+            held_out,
+            recipe.model.block_size,
+            EVAL_BATCH_SIZE,
+            eval_batches,
+            seed=EVAL_SEED,
+            device=device,
+        )
+    return {
+        **{f"{name}_loss": value for name, value in losses.items()},
+        "steps": run.step,
+        "seconds": elapsed,
+        "cpu_seconds": cpu_seconds,
+        "params": run.model.num_params(),
+        "last_train_loss": loss,
+        "last_lr": run.optimizer.param_groups[0]["lr"],
+        "curve": curve,
+    }
+
+
+def _job(name: str, steps: int, seed: int, threads: int, device: str, eval_batches: int) -> dict:
+    """One fixed-step run in a worker process of ``--jobs`` (loads the text itself)."""
+    torch.set_num_threads(threads)
+    text = load_tinyshakespeare()
+    data = torch.tensor(CharTokenizer.from_text(text).encode(text), dtype=torch.long)
+    train_data, val_data, test_data = split_text(data)
+    return train_recipe(
+        RECIPES[name],
+        train_data,
+        {"val": val_data, "test": test_data},
+        steps=steps,
+        seed=seed,
+        device=device,
+        log_every=0,
+        eval_batches=eval_batches,
+    )
+
+
 def parse_recipes(text: str) -> list[str]:
     names: list[str] = []
     for part in text.split(","):
@@ -492,6 +658,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eval-batches", type=int, default=EVAL_BATCHES, help="batches per loss")
     p.add_argument("--results", help="JSON file to store the results in (see validate_results)")
     p.add_argument("--label", help="name of this run in --results (default: --recipe)")
+    p.add_argument(
+        "--jobs", type=int, default=1, help="training runs at once, in separate processes"
+    )
     p.add_argument("--smoke", action="store_true", help="3 steps with bf16 autocast, then stop")
     p.add_argument("--log-every", type=float, default=60.0, help="seconds between progress lines")
     args = p.parse_args(argv)
@@ -515,6 +684,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--seeds must be comma-separated ints, got {args.seeds!r}")
     if args.eval_batches < 1:
         p.error("--eval-batches must be at least 1")
+    if args.jobs < 1:
+        p.error("--jobs must be at least 1")
     torch.set_num_threads(args.threads)
     if args.smoke:
         return max(smoke(RECIPES[n], args.device) for n in names)
@@ -535,9 +706,10 @@ def main(argv: list[str] | None = None) -> int:
     per_step: dict[str, float] = {}
     if fixed_steps:
         steps = fixed_steps
-        print(f"# float32 matmul peak {peak:.0f} GFLOP/s ({args.clock} clock)", flush=True)
+        print(f"# {peak_dtype(args.device)} matmul peak {peak:.0f} GFLOP/s ({args.clock} clock)")
     else:
-        print(f"# calibrating (interleaved); float32 matmul peak {peak:.0f} GFLOP/s", flush=True)
+        dtype = peak_dtype(args.device)
+        print(f"# calibrating (interleaved); {dtype} matmul peak {peak:.0f} GFLOP/s", flush=True)
         per_step = calibrate(
             recipes,
             train_data,
@@ -556,7 +728,7 @@ def main(argv: list[str] | None = None) -> int:
             budget = args.seconds
         steps = {n: max(1, int(budget / per_step[n])) for n in names}
         print(
-            f"# float32 matmul peak {peak:.0f} GFLOP/s; steps for {budget:.0f} s: "
+            f"# {dtype} matmul peak {peak:.0f} GFLOP/s; steps for {budget:.0f} s: "
             + ", ".join(f"{n} {s}" for n, s in steps.items()),
             flush=True,
         )
@@ -570,22 +742,45 @@ def main(argv: list[str] | None = None) -> int:
         "device": args.device,
         "clock": args.clock,
         "matmul_peak_gflops": round(peak, 1),
+        "matmul_peak_dtype": str(peak_dtype(args.device)).removeprefix("torch."),
     }
-    results: dict[str, dict] = {}
-    for r in recipes:
-        rec: dict = {"describe": r.describe(), "seeds": seeds}
-        rec.update({field: [] for field in RUN_FIELDS if field != "seeds"})
-        for seed in seeds:  # every recipe, same seed: same batches (and same initial weights
-            out = train_recipe(  # wherever the parameter shapes agree)
-                r,
+    # Every recipe, same seed: same batches (and the same initial weights wherever the
+    # parameter shapes agree). With --jobs N the runs go to N processes at once: a fixed number
+    # of steps gives the same result however busy the machine is.
+    jobs = [(r.name, steps[r.name], seed) for r in recipes for seed in seeds]
+    if args.jobs > 1:
+        ctx = multiprocessing.get_context("spawn")
+        with concurrent.futures.ProcessPoolExecutor(args.jobs, mp_context=ctx) as pool:
+            outs = list(
+                pool.map(
+                    _job,
+                    *zip(*jobs, strict=True),
+                    [args.threads] * len(jobs),
+                    [args.device] * len(jobs),
+                    [args.eval_batches] * len(jobs),
+                )
+            )
+    else:
+        outs = [
+            train_recipe(
+                RECIPES[name],
                 train_data,
                 held_out,
-                steps=steps[r.name],
+                steps=n,
                 seed=seed,
                 device=args.device,
                 log_every=args.log_every,
                 eval_batches=args.eval_batches,
             )
+            for name, n, seed in jobs
+        ]
+    finished = dict(zip(((name, seed) for name, _, seed in jobs), outs, strict=True))
+    results: dict[str, dict] = {}
+    for r in recipes:
+        rec: dict = {"describe": r.describe(), "seeds": seeds}
+        rec.update({field: [] for field in RUN_FIELDS if field != "seeds"})
+        for seed in seeds:
+            out = finished[r.name, seed]
             for field in RUN_FIELDS:
                 if field != "seeds":
                     rec[field].append(out[field])

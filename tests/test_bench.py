@@ -85,3 +85,41 @@ def test_committed_results_file_is_well_formed() -> None:
     if not path.exists():
         pytest.skip("no benchmark results committed yet")
     bench.validate_results(json.loads(path.read_text()))
+
+
+def test_curves_and_calibration_are_checked_where_present() -> None:
+    results = copy.deepcopy(GOOD)
+    run = results["runs"]["all"]
+    run["recipes"]["book"]["curves"] = [[[10, 1.0, 2.5], [20, 2.0, 2.2]]] * 3
+    run["calibration"] = {"command": "c", "machine": {}, "ms_per_step": {"book": 21.4}}
+    bench.validate_results(results)  # well formed
+    run["recipes"]["book"]["curves"][1] = [[20, 2.0, 2.2], [10, 1.0, 2.5]]  # time runs backwards
+    with pytest.raises(ValueError, match="must increase"):
+        bench.validate_results(results)
+    run["recipes"]["book"]["curves"] = [[[10, 1.0, 2.5]]] * 2  # two curves for three seeds
+    with pytest.raises(ValueError, match="one per seed"):
+        bench.validate_results(results)
+    run["recipes"]["book"].pop("curves")
+    run["calibration"]["ms_per_step"] = {"modern": 30.0}  # not the run's recipes
+    with pytest.raises(ValueError, match="ms_per_step per recipe"):
+        bench.validate_results(results)
+
+
+def test_train_for_seconds_stops_at_the_budget_and_decays_the_schedule() -> None:
+    g = torch.Generator().manual_seed(0)
+    data = torch.randint(65, (5_000,), generator=g)
+    tiny = bench.replace(
+        bench.BOOK, model=bench.replace(bench.BOOK.model, n_layer=1, n_embd=16, n_head=2)
+    )
+    held = {"val": data[:1000], "test": data[1000:2000]}
+    out = bench.train_for_seconds(
+        tiny, data, held, seconds=1.5, seed=0, device="cpu", curve_every=0.5, eval_batches=2
+    )
+    assert out["seconds"] >= 1.5  # trains until the budget is spent
+    steps = [p[0] for p in out["curve"]]
+    assert steps == sorted(steps) and steps[-1] == out["steps"]  # the last point is the end
+    assert len(out["curve"]) >= 3  # points at 0.5 s and 1.0 s, and the end
+    # The cosine was stretched over the steps that fit: the last step ran near the final rate.
+    assert out["last_lr"] < tiny.min_lr + 0.1 * (tiny.max_lr - tiny.min_lr)
+    with pytest.raises(ValueError, match="positive"):
+        bench.train_for_seconds(tiny, data, held, seconds=0, seed=0, device="cpu")
