@@ -98,11 +98,16 @@ class Recipe:
     weight_decay: float = 0.1
     grad_clip: float = 1.0
     muon_lr_scale: float | None = None
+    muon_weight_decay: float = 0.0  # decoupled weight decay on Muon's matrices
 
     def describe(self) -> str:
         c = self.model
         arch = f" {c.pos}/{c.norm}{'/qk' if c.qk_norm else ''}/{c.mlp}"
         opt = f" muon x{self.muon_lr_scale:g}" if self.muon_lr_scale else ""
+        if self.muon_weight_decay:
+            opt += f" muon_wd {self.muon_weight_decay:g}"
+        if self.weight_decay != 0.1:
+            opt += f" wd {self.weight_decay:g}"
         return (
             f"L{c.n_layer} H{c.n_head} C{c.n_embd} T{c.block_size} B{self.batch_size}{arch} "
             f"lr {self.max_lr:g}->{self.min_lr:g}{opt}"
@@ -162,6 +167,47 @@ GPU = Recipe(
     warmup_steps=100,
 )
 
+
+def _search_variants() -> list[Recipe]:
+    """The variants of the search for ``tuned`` (``bench/README.md``), by the names
+    ``results.json`` stores them under: rotary positions with Muon, one change at a time."""
+    rm4 = _book_with("rope_muon", muon=True, pos="rope")
+    rm2 = replace(rm4, muon_lr_scale=2.0)
+
+    def arch(base: Recipe, name: str, **switches: object) -> Recipe:
+        return replace(base, name=name, model=replace(base.model, **switches))
+
+    return [
+        rm4,
+        arch(rm4, "rope_muon_relu2", mlp="relu2"),
+        arch(rm4, "rope_muon_swiglu", mlp="swiglu"),
+        replace(rm4, name="rope_muon_b24", batch_size=24),
+        arch(rm4, "rope_muon_l3", n_layer=3),
+        replace(rm4, name="rope_muon_m8", muon_lr_scale=8.0),
+        replace(rm4, name="rope_muon_lr1e2", max_lr=1e-2, min_lr=1e-4, muon_lr_scale=2.0),
+        arch(rm4, "rope_muon_qk", qk_norm=True, qk_scale=0.5),
+        arch(rm4, "rope_muon_c80", n_embd=80),
+        replace(rm4, name="rope_muon_wu0", warmup_steps=20),
+        replace(rm4, name="rope_muon_minlr", min_lr=5e-4),
+        replace(rm4, name="modern_m2", model=MODERN.model, muon_lr_scale=2.0),
+        replace(rm4, name="rope_m1", muon_lr_scale=1.0),
+        replace(rm2, name="rope_m2"),
+        replace(rm2, name="rope_m2_mwd", muon_weight_decay=0.1),
+        replace(rm2, name="rope_m2_mwd02", muon_weight_decay=0.2),
+        replace(rm2, name="rope_m2_mwd05", muon_weight_decay=0.5),
+        arch(rm2, "rope_m2_l3", n_layer=3),
+        replace(rm2, name="rope_m2_b24", batch_size=24),
+        replace(rm2, name="rope_m2_wu20", warmup_steps=20),
+        arch(rm2, "rope_m2_qk05", qk_norm=True, qk_scale=0.5),
+        replace(rm2, name="rope_m2_wd02", weight_decay=0.2),
+        replace(rm2, name="rope_m2_lr3e3", max_lr=3e-3, min_lr=3e-5),
+        replace(rm2, name="rope_m2_wd02_mwd", weight_decay=0.2, muon_weight_decay=0.1),
+        replace(rm2, name="rope_m2_wd02_mwd02", weight_decay=0.2, muon_weight_decay=0.2),
+    ]
+
+
+SEARCH = _search_variants()
+
 RECIPES = {
     r.name: r
     for r in (
@@ -177,11 +223,13 @@ RECIPES = {
         _book_with("swiglu", mlp="swiglu"),
         _book_with("muon", muon=True),
         GPU,
+        *SEARCH,
     )
 }
 GROUPS = {
     "all": ["reference", "book", "modern"],
     "ablation": ["book", "rope", "rmsnorm", "qknorm", "relu2", "swiglu", "muon", "modern"],
+    "search": ["book", "modern", *(r.name for r in SEARCH)],
 }
 
 EVAL_BATCHES = 50  # held-out batches for each final loss
@@ -239,6 +287,11 @@ def validate_results(results: object) -> None:
                     )
                 if not all(isinstance(v, (int, float)) and math.isfinite(v) for v in values):
                     raise ValueError(f"{where}: {field} must hold finite numbers")
+            seeds, steps = rec["seeds"], rec["steps"]
+            if len(set(seeds)) != n or not all(type(x) is int for x in seeds):
+                raise ValueError(f"{where}: seeds must be distinct integers")
+            if not all(type(x) is int and x > 0 for x in steps):
+                raise ValueError(f"{where}: steps must be positive integers")
             for field, kind in (("describe", str), ("params", int)):
                 if not isinstance(rec.get(field), kind):
                     raise ValueError(f"{where}: {field} must be a {kind.__name__}")
@@ -361,6 +414,9 @@ class Run:
                 weight_decay=recipe.weight_decay,
                 muon_lr_scale=recipe.muon_lr_scale,
             )
+            for group in self.optimizer.param_groups:
+                if group["use_muon"]:
+                    group["weight_decay"] = recipe.muon_weight_decay
         else:
             self.optimizer = make_adamw(
                 self.model, lr=recipe.max_lr, weight_decay=recipe.weight_decay

@@ -54,6 +54,8 @@ def test_a_well_formed_file_passes() -> None:
         ),
         (lambda r: r["runs"]["all"]["recipes"]["book"].update(mfu=0), "positive number"),
         (lambda r: r["runs"]["all"]["recipes"]["book"].update(params="201k"), "must be a int"),
+        (lambda r: r["runs"]["all"]["recipes"]["book"].update(seeds=[1, 1, 2]), "distinct"),
+        (lambda r: r["runs"]["all"]["recipes"]["book"].update(steps=[10, 10.5, 10]), "steps"),
     ],
 )
 def test_a_malformed_file_is_refused(edit, message: str) -> None:  # noqa: ANN001

@@ -1,0 +1,206 @@
+"""Write the result tables of ``bench/README.md`` from ``bench/results.json``.
+
+The README's numbers are not typed: each table sits between ``<!-- results:NAME -->`` and
+``<!-- /results:NAME -->`` and is generated here from the results file, the same file the book's
+chapters read. ``--check`` only compares (``tests/test_bench.py`` runs it), so a table that
+disagrees with the results file fails the tests.
+
+    .venv/bin/python bench/report.py          # rewrite the tables in bench/README.md
+    .venv/bin/python bench/report.py --check  # exit 1 if a table differs from the file
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from helpers.bench_results import mean_sd, paired_differences, verdict  # noqa: E402
+
+RESULTS = ROOT / "bench" / "results.json"
+README = ROOT / "bench" / "README.md"
+
+
+def mean(values: list[float]) -> float:
+    return mean_sd(values)[0]
+
+
+def span(values: list[float], spec: str) -> str:
+    """``"low–high"`` over the seeds (one value alone)."""
+    low, high = format(min(values), spec), format(max(values), spec)
+    return low if low == high else f"{low}–{high}"
+
+
+def pm(values: list[float], digits: int = 3) -> str:
+    """``"m ± s"`` (sample standard deviation); the value alone for one seed."""
+    m, sd = mean_sd(values)
+    return f"{m:.{digits}f}" if len(values) == 1 else f"{m:.{digits}f} ± {sd:.{digits}f}"
+
+
+def wallclock_table(runs: dict) -> str:
+    run = runs["wallclock"]
+    recs = run["recipes"]
+    rows = [
+        "| contender | steps | trained (s) | tokens/s | MFU | test loss | vs nanoGPT, paired "
+        "| val loss |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for name, rec in recs.items():
+        vs = "" if name == "nanoGPT" else pm(paired_differences(rec, recs["nanoGPT"]))
+        rows.append(
+            f"| `{name}` | {span(rec['steps'], ',.0f')} | {span(rec['seconds'], '.0f')} | "
+            f"{rec['tokens_per_s']:,.0f} | {100 * rec['mfu']:.0f}% | "
+            f"{pm(rec['test_loss'])} | {vs} | {pm(rec['val_loss'])} |"
+        )
+    m = run["machine"]
+    rows += [
+        "",
+        f"Seeds {', '.join(map(str, recs['nanoGPT']['seeds']))}; mean ± sd over seeds; "
+        f"{m['cpu']}, {m['cpus']} cores, {m['threads']} threads (PyTorch's default), torch "
+        f"{m['torch']}, nanoGPT at commit `{m['nanogpt_commit']}`; float32 matrix-product peak "
+        f"{m['matmul_peak_gflops']:.0f} GFLOP/s. "
+        "Steps and training seconds: lowest to highest over the seeds; tokens/s: all steps over "
+        "all training seconds.",
+    ]
+    return "\n".join(rows)
+
+
+def ablation_table(runs: dict) -> str:
+    run = runs["ablation"]
+    recs = run["recipes"]
+    ms = run["calibration"]["ms_per_step"]
+    rows = [
+        "| variant | CPU ms per step | steps | test loss | vs `book` (paired) | verdict |",
+        "| --- | ---: | ---: | ---: | ---: | --- |",
+    ]
+    for name in ("book", "rope", "rmsnorm", "qknorm", "relu2", "swiglu", "muon", "modern"):
+        rec = recs[name]
+        diffs = paired_differences(rec, recs["book"])
+        vs, say = ("", "") if name == "book" else (pm(diffs), verdict(diffs))
+        rows.append(
+            f"| `{name}` | {ms[name]:.1f} | {rec['steps'][0]:,} | {pm(rec['test_loss'])} | "
+            f"{vs} | {say} |"
+        )
+    m, c = run["machine"], run["calibration"]["machine"]
+    rows += [
+        "",
+        f"Seeds {', '.join(map(str, recs['book']['seeds']))}. CPU ms per step: "
+        f"`{c['cpu']}`, one thread, CPU clock, torch {c['torch']}. Training: {m['cpu']}, "
+        f"{m['jobs']} runs at a time with one thread each, torch {m['torch']}.",
+    ]
+    return "\n".join(rows)
+
+
+def search_table(runs: dict) -> str:
+    recs = runs["search"]["recipes"]
+    rows = [
+        "| variant | seeds | steps | val loss (tuning) | test loss |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    order = sorted(recs, key=lambda n: (-len(recs[n]["seeds"]), mean(recs[n]["val_loss"])))
+    for name in order:
+        rec = recs[name]
+        rows.append(
+            f"| {rec['describe']} | {len(rec['seeds'])} | {rec['steps'][0]:,} | "
+            f"{pm(rec['val_loss'])} | {pm(rec['test_loss'])} |"
+        )
+    m = runs["search"]["machine"]
+    rows += [
+        "",
+        f"Sorted by the number of seeds, then by validation loss. Training: {m['cpu']}, one "
+        f"thread per run, torch {m['torch']}.",
+    ]
+    return "\n".join(rows)
+
+
+def lr_vs_width_table(runs: dict) -> str:
+    run = runs["lr_vs_width"]
+    recs = run["recipes"]
+    diffs = paired_differences(recs["book_c128"], recs["reference"])
+    rows = [
+        "| recipe | width | learning rate | steps | test loss | vs `reference` (paired) |",
+        "| --- | ---: | --- | ---: | ---: | ---: |",
+        f"| `reference` | 128 | 1e-3 → 1e-4 | {recs['reference']['steps'][0]:,} | "
+        f"{pm(recs['reference']['test_loss'])} | |",
+        f"| `book_c128` | 128 | 5e-3 → 5e-5 | {recs['book_c128']['steps'][0]:,} | "
+        f"{pm(recs['book_c128']['test_loss'])} | {pm(diffs)} ({verdict(diffs)}) |",
+    ]
+    m = run["machine"]
+    rows += [
+        "",
+        f"Seeds {', '.join(map(str, recs['reference']['seeds']))}; {m['cpu']}, "
+        f"{m['jobs']} runs at a time with {m['threads']} threads each, torch {m['torch']}.",
+    ]
+    return "\n".join(rows)
+
+
+def gpu_table(runs: dict) -> str:
+    run = runs["gpu"]
+    rec = run["recipes"]["gpu"]
+    m = run["machine"]
+    return "\n".join(
+        [
+            "| steps | trained (s) | tokens/s | MFU (bf16) | val loss | test loss |",
+            "| ---: | ---: | ---: | ---: | ---: | ---: |",
+            f"| {rec['steps'][0]:,} | {rec['seconds'][0]:.0f} | {rec['tokens_per_s']:,.0f} | "
+            f"{100 * rec['mfu']:.1f}% | {rec['val_loss'][0]:.3f} | {rec['test_loss'][0]:.3f} |",
+            "",
+            f"One seed; {m['gpu']}, torch {m['torch']}, bf16 autocast, no `torch.compile`; "
+            f"MFU against a measured bf16 matrix-product peak of "
+            f"{m['matmul_peak_gflops'] / 1e3:.0f} TFLOP/s.",
+        ]
+    )
+
+
+TABLES: dict[str, Callable[[dict], str]] = {
+    "wallclock": wallclock_table,
+    "ablation": ablation_table,
+    "lr_vs_width": lr_vs_width_table,
+    "search": search_table,
+    "gpu": gpu_table,
+}
+
+
+def render(readme: str, runs: dict) -> str:
+    """``readme`` with every ``<!-- results:NAME -->`` block regenerated from ``runs``.
+
+    Raises:
+        ValueError: if the README lacks a block or the results lack a label.
+    """
+    for name, table in TABLES.items():
+        pattern = re.compile(
+            rf"(<!-- results:{name} -->\n).*?(<!-- /results:{name} -->)", re.DOTALL
+        )
+        if not pattern.search(readme):
+            raise ValueError(f"README has no <!-- results:{name} --> block")
+        if name not in runs:
+            raise ValueError(f"results.json has no run labelled {name!r}")
+        text = table(runs) + "\n"
+        readme = pattern.sub(lambda m, text=text: m[1] + text + m[2], readme)
+    return readme
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--check", action="store_true", help="compare only; exit 1 on a difference")
+    args = p.parse_args(argv)
+    runs = json.loads(RESULTS.read_text(encoding="utf-8"))["runs"]
+    old = README.read_text(encoding="utf-8")
+    new = render(old, runs)
+    if args.check:
+        if new != old:
+            print("bench/README.md's tables differ from bench/results.json: run bench/report.py")
+            return 1
+        return 0
+    README.write_text(new, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

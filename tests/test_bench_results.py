@@ -1,0 +1,120 @@
+"""helpers.bench_results, bench/report.py, and the rule that benchmark numbers are not typed."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers.bench_results import (
+    find_results,
+    load_results,
+    mean_sd,
+    paired_differences,
+    verdict,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results.json"
+
+
+def _report():  # noqa: ANN202
+    spec = importlib.util.spec_from_file_location("report", ROOT / "bench" / "report.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["report"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_paired_differences_match_seeds_not_positions() -> None:
+    a = {"seeds": [1, 2, 3], "test_loss": [1.0, 2.0, 3.0]}
+    b = {"seeds": [3, 1], "test_loss": [2.5, 0.5]}  # another order, one seed missing
+    assert paired_differences(a, b) == [0.5, 0.5]
+    with pytest.raises(ValueError, match="share no seed"):
+        paired_differences(a, {"seeds": [9], "test_loss": [1.0]})
+
+
+def test_mean_sd_uses_the_sample_standard_deviation() -> None:
+    m, sd = mean_sd([1.0, 2.0, 3.0])
+    assert m == 2.0 and sd == 1.0  # n - 1 in the denominator; the population sd is 0.816
+    assert mean_sd([4.0]) == (4.0, 0.0)
+    with pytest.raises(ValueError, match="at least one"):
+        mean_sd([])
+
+
+@pytest.mark.parametrize(
+    ("diffs", "expected"),
+    [
+        ([-0.11, -0.10, -0.12], "lower"),
+        ([0.03, 0.04, 0.035], "higher"),
+        ([-0.05, -0.01, -0.09], "within the spread"),  # same sign, but mean < 2 sd
+        ([-0.06, -0.05, 0.001], "within the spread"),  # mean > 2 sd would need every seed
+        ([-0.2, -0.2], "too few seeds"),
+    ],
+)
+def test_verdict_needs_every_seed_and_twice_the_spread(diffs: list[float], expected: str) -> None:
+    assert verdict(diffs) == expected
+
+
+def test_the_results_file_is_found_from_a_subfolder(tmp_path: Path) -> None:
+    assert find_results(ROOT / "book" / "part3") == RESULTS
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "results.json").write_text('{"schema": 1, "runs": {}}')
+    assert find_results(tmp_path / "deeper" / "still") == tmp_path / "bench" / "results.json"
+    assert load_results(tmp_path / "bench" / "results.json") == {"schema": 1, "runs": {}}
+    (tmp_path / "bad.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match="not a benchmark results file"):
+        load_results(tmp_path / "bad.json")
+
+
+def test_readme_tables_are_generated_from_the_results_file() -> None:
+    report = _report()
+    assert report.main(["--check"]) == 0
+
+
+def test_a_changed_number_makes_the_readme_check_fail(tmp_path: Path) -> None:
+    report = _report()
+    runs = json.loads(RESULTS.read_text())["runs"]
+    readme = (ROOT / "bench" / "README.md").read_text()
+    assert report.render(readme, runs) == readme
+    runs["ablation"]["recipes"]["rope"]["test_loss"][0] += 0.01
+    assert report.render(readme, runs) != readme
+
+
+def _typed_numbers(text: str) -> set[str]:
+    return set(re.findall(r"(?<![\d.])\d+\.\d{3,4}(?!\d)", text))
+
+
+def _result_numbers(runs: dict) -> set[str]:
+    """Every loss the results file holds, and every mean, as 3- and 4-decimal strings."""
+    numbers: set[str] = set()
+    for run in runs.values():
+        for rec in run["recipes"].values():
+            for field in ("val_loss", "test_loss"):
+                values = rec[field]
+                for v in [*values, mean_sd(values)[0]]:
+                    numbers |= {f"{v:.3f}", f"{v:.4f}"}
+    return numbers
+
+
+def _prose(path: Path) -> str:
+    if path.suffix == ".ipynb":
+        cells = json.loads(path.read_text())["cells"]
+        return "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    text = path.read_text()
+    return re.sub(r"<!-- results:(\w+) -->.*?<!-- /results:\1 -->", "", text, flags=re.DOTALL)
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["book/part2/gpt.ipynb", "book/part3/modern.ipynb", "bench/README.md"],
+)
+def test_no_prose_copy_of_a_benchmark_number(path: str) -> None:
+    runs = json.loads(RESULTS.read_text())["runs"]
+    copies = _typed_numbers(_prose(ROOT / path)) & _result_numbers(runs)
+    assert not copies, f"{path} types numbers that bench/results.json holds: {sorted(copies)}"
