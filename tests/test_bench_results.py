@@ -106,7 +106,9 @@ def _prose(path: Path) -> str:
     if path.suffix == ".ipynb":
         cells = json.loads(path.read_text())["cells"]
         return "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
-    text = path.read_text()
+    # The README's generated tables are the file's own; its earlier measurements (at the end,
+    # one seed, kept in the README only) are other runs, whose numbers may coincide.
+    text = path.read_text().split("## Earlier measurements")[0]
     return re.sub(r"<!-- results:(\w+) -->.*?<!-- /results:\1 -->", "", text, flags=re.DOTALL)
 
 
