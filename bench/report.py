@@ -37,10 +37,12 @@ def span(values: list[float], spec: str) -> str:
     return low if low == high else f"{low}–{high}"
 
 
-def pm(values: list[float], digits: int = 3) -> str:
-    """``"m ± s"`` (sample standard deviation); the value alone for one seed."""
+def pm(values: list[float], digits: int = 3, sign: str = "") -> str:
+    """``"m ± s"`` (sample standard deviation); the value alone for one seed. ``sign="+"``
+    prints the sign of a difference."""
     m, sd = mean_sd(values)
-    return f"{m:.{digits}f}" if len(values) == 1 else f"{m:.{digits}f} ± {sd:.{digits}f}"
+    mean_text = f"{m:{sign}.{digits}f}"
+    return mean_text if len(values) == 1 else f"{mean_text} ± {sd:.{digits}f}"
 
 
 def wallclock_table(runs: dict) -> str:
@@ -52,7 +54,7 @@ def wallclock_table(runs: dict) -> str:
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for name, rec in recs.items():
-        vs = "" if name == "nanoGPT" else pm(paired_differences(rec, recs["nanoGPT"]))
+        vs = "" if name == "nanoGPT" else pm(paired_differences(rec, recs["nanoGPT"]), sign="+")
         rows.append(
             f"| `{name}` | {span(rec['steps'], ',.0f')} | {span(rec['seconds'], '.0f')} | "
             f"{rec['tokens_per_s']:,.0f} | {100 * rec['mfu']:.0f}% | "
@@ -82,7 +84,7 @@ def ablation_table(runs: dict) -> str:
     for name in ("book", "rope", "rmsnorm", "qknorm", "relu2", "swiglu", "muon", "modern"):
         rec = recs[name]
         diffs = paired_differences(rec, recs["book"])
-        vs, say = ("", "") if name == "book" else (pm(diffs), verdict(diffs))
+        vs, say = ("", "") if name == "book" else (pm(diffs, sign="+"), verdict(diffs))
         rows.append(
             f"| `{name}` | {ms[name]:.1f} | {rec['steps'][0]:,} | {pm(rec['test_loss'])} | "
             f"{vs} | {say} |"
@@ -129,7 +131,7 @@ def lr_vs_width_table(runs: dict) -> str:
         f"| `reference` | 128 | 1e-3 → 1e-4 | {recs['reference']['steps'][0]:,} | "
         f"{pm(recs['reference']['test_loss'])} | |",
         f"| `book_c128` | 128 | 5e-3 → 5e-5 | {recs['book_c128']['steps'][0]:,} | "
-        f"{pm(recs['book_c128']['test_loss'])} | {pm(diffs)} ({verdict(diffs)}) |",
+        f"{pm(recs['book_c128']['test_loss'])} | {pm(diffs, sign='+')} ({verdict(diffs)}) |",
     ]
     m = run["machine"]
     rows += [
