@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -107,13 +108,18 @@ def test_curves_and_calibration_are_checked_where_present() -> None:
         bench.validate_results(results)
 
 
-def test_train_for_seconds_stops_at_the_budget_and_decays_the_schedule() -> None:
+def test_train_for_seconds_stops_at_the_budget_and_decays_the_schedule(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A fake clock, 10 ms later at every reading: the test does not depend on the machine's speed.
+    clock = itertools.count(0.0, 0.01)
+    monkeypatch.setattr(bench.time, "perf_counter", lambda: next(clock))
     g = torch.Generator().manual_seed(0)
     data = torch.randint(65, (5_000,), generator=g)
     tiny = bench.replace(
         bench.BOOK,
         model=bench.replace(bench.BOOK.model, n_layer=1, n_embd=16, n_head=2),
-        warmup_steps=5,  # the run ends after its warm-up however slow the machine is
+        warmup_steps=5,
     )
     held = {"val": data[:1000], "test": data[1000:2000]}
     out = bench.train_for_seconds(
