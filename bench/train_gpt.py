@@ -456,6 +456,30 @@ class Run:
         return loss.item()
 
 
+def held_out_losses(run: Run, held_out: dict[str, torch.Tensor], batches: int) -> dict:
+    """The loss of ``run``'s model on ``batches`` batches of each held-out split (the same
+    batches for every recipe: ``EVAL_SEED``), with the run's autocast."""
+    with run.autocast:
+        return estimate_loss(
+            run.model,
+            held_out,
+            run.recipe.model.block_size,
+            EVAL_BATCH_SIZE,
+            batches,
+            seed=EVAL_SEED,
+            device=run.device,
+        )
+
+
+def load_splits() -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """Tiny Shakespeare as character ids: the training tokens, and the held-out splits of
+    :func:`split_text` as ``{"val": ..., "test": ...}``."""
+    text = load_tinyshakespeare()
+    data = torch.tensor(CharTokenizer.from_text(text).encode(text), dtype=torch.long)
+    train_data, val_data, test_data = split_text(data)
+    return train_data, {"val": val_data, "test": test_data}
+
+
 def calibrate(
     recipes: list[Recipe],
     train_data: torch.Tensor,
@@ -522,16 +546,7 @@ def train_recipe(
             next_log += log_every
     seconds = time.perf_counter() - start
     cpu_seconds = time.process_time() - cpu_start
-    with run.autocast:
-        losses = estimate_loss(
-            run.model,
-            held_out,
-            recipe.model.block_size,
-            EVAL_BATCH_SIZE,
-            eval_batches,
-            seed=EVAL_SEED,
-            device=device,
-        )
+    losses = held_out_losses(run, held_out, eval_batches)
     return {
         **{f"{name}_loss": loss for name, loss in losses.items()},
         "steps": steps,
@@ -572,16 +587,7 @@ def train_for_seconds(
 
     def point(elapsed: float) -> None:
         cpu = time.process_time()
-        with run.autocast:
-            val = estimate_loss(
-                run.model,
-                {"val": held_out["val"]},
-                recipe.model.block_size,
-                EVAL_BATCH_SIZE,
-                curve_batches,
-                seed=EVAL_SEED,
-                device=device,
-            )["val"]
+        val = held_out_losses(run, {"val": held_out["val"]}, curve_batches)["val"]
         run.model.train()
         curve.append([run.step, round(elapsed, 3), val])
         eval_cpu[0] += time.process_time() - cpu
@@ -601,16 +607,7 @@ def train_for_seconds(
     cpu_seconds = time.process_time() - cpu_start - eval_cpu[0]
     if curve_every:
         point(elapsed)
-    with run.autocast:
-        losses = estimate_loss(
-            run.model,
-            held_out,
-            recipe.model.block_size,
-            EVAL_BATCH_SIZE,
-            eval_batches,
-            seed=EVAL_SEED,
-            device=device,
-        )
+    losses = held_out_losses(run, held_out, eval_batches)
     return {
         **{f"{name}_loss": value for name, value in losses.items()},
         "steps": run.step,
@@ -626,13 +623,11 @@ def train_for_seconds(
 def _job(name: str, steps: int, seed: int, threads: int, device: str, eval_batches: int) -> dict:
     """One fixed-step run in a worker process of ``--jobs`` (loads the text itself)."""
     torch.set_num_threads(threads)
-    text = load_tinyshakespeare()
-    data = torch.tensor(CharTokenizer.from_text(text).encode(text), dtype=torch.long)
-    train_data, val_data, test_data = split_text(data)
+    train_data, held_out = load_splits()
     return train_recipe(
         RECIPES[name],
         train_data,
-        {"val": val_data, "test": test_data},
+        held_out,
         steps=steps,
         seed=seed,
         device=device,
@@ -746,11 +741,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         return max(smoke(RECIPES[n], args.device) for n in names)
 
-    text = load_tinyshakespeare()
-    tokenizer = CharTokenizer.from_text(text)
-    data = torch.tensor(tokenizer.encode(text), dtype=torch.long)
-    train_data, val_data, test_data = split_text(data)
-    held_out = {"val": val_data, "test": test_data}
+    train_data, held_out = load_splits()
     recipes = [RECIPES[n] for n in names]
 
     cpu = next(

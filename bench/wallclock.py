@@ -64,14 +64,6 @@ def default_thread_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in THREAD_VARIABLES}
 
 
-def splits() -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """The training tokens and the held-out splits of ``train_gpt.split_text``."""
-    text = tg.load_tinyshakespeare()
-    data = torch.tensor(tg.CharTokenizer.from_text(text).encode(text), dtype=torch.long)
-    train_data, val_data, test_data = tg.split_text(data)
-    return train_data, {"val": val_data, "test": test_data}
-
-
 def nanogpt_iteration_times(log: str) -> dict[int, float]:
     """Seconds of every iteration nanoGPT logged (``iter N: loss L, time T ms, ...``)."""
     return {
@@ -136,7 +128,7 @@ def nanogpt_scores(nanogpt: Path, ckpt: Path, held_out: dict[str, torch.Tensor])
 
 def book_worker(recipe: str, seed: int, seconds: float, curve_every: float) -> None:
     """One book recipe for ``seconds``, in this (fresh) process; prints the result as JSON."""
-    train_data, held_out = splits()
+    train_data, held_out = tg.load_splits()
     out = tg.train_for_seconds(
         tg.RECIPES[recipe],
         train_data,
@@ -187,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("put the nanoGPT checkout outside this repository")
     recipes = tg.parse_recipes(args.recipes)
     prepare_data(args.nanogpt)
-    _, held_out = splits()
+    _, held_out = tg.load_splits()
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=args.nanogpt, capture_output=True, text=True
     ).stdout.strip()
