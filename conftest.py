@@ -16,10 +16,15 @@ tests/conftest.py), then the rest.
 
 from __future__ import annotations
 
+import copy
+import functools
+import json
 import os
 from pathlib import Path
 
 import pytest
+
+from tools.prose_numbers import RECORD, Binding, format_record, notebook_bindings
 
 # Kernels started by nbval inherit this: a quiet IPython profile (see its config file).
 os.environ.setdefault("IPYTHONDIR", str(Path(__file__).parent / "tests" / "ipython"))
@@ -51,3 +56,92 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.unit)
     if os.environ.get("PYTEST_XDIST_WORKER"):
         items.sort(key=schedule_rank)  # stable: each file keeps its own order
+
+
+# --- nbval compares a glued number as the prose shows it -------------------------------------
+# A code cell records a number with glue("name", value) at full precision; the prose shows it
+# typed, formatted (tools/prose_numbers.py). Comparing the full-precision record would fail on
+# any CPU whose rounding path differs in the 15th digit, although nothing a reader sees changed.
+# So nbval compares each record as the prose shows it: formatted with every format the prose
+# binds it to, or, for a binding with a tolerance, as a number within that tolerance of the
+# committed one. A record no prose binds is shown nowhere and is not compared.
+
+
+@functools.lru_cache(maxsize=32)
+def _bindings_of(path: Path) -> dict[str, list[Binding]]:
+    found: dict[str, list[Binding]] = {}
+    for _, binding in notebook_bindings(json.loads(path.read_text())):
+        found.setdefault(binding.name, []).append(binding)
+    return found
+
+
+def _shown(value: str, binds: list[Binding], committed: str | None) -> str:
+    """A record as the prose shows it; committed is the committed record, for tolerances."""
+    parts = []
+    for b in binds:
+        if b.tolerance is not None and committed is not None:
+            try:
+                close = abs(float(value) - float(committed)) <= b.tolerance
+            except ValueError:
+                close = False
+            parts.append(
+                f"{b.text} (within {b.tolerance})"
+                if close
+                else f"{value} (not within {b.tolerance} of {b.text})"
+            )
+        else:
+            parts.append(format_record(value, b.format))
+    return " | ".join(parts)
+
+
+def _as_shown(outputs: list, binds: dict[str, list[Binding]], committed: dict[str, str]) -> list:
+    shown = []
+    for output in outputs:
+        name = output.get("metadata", {}).get("scrapbook", {}).get("name")
+        data = output.get("data", {})
+        if name and any(key.startswith("application/papermill.record/") for key in data):
+            if name not in binds:
+                continue  # shown nowhere
+            output = copy.deepcopy(output)
+            value = data.get(RECORD, "")
+            value = "".join(value) if isinstance(value, list) else value
+            output["data"] = {RECORD: _shown(value, binds[name], committed.get(name))}
+        shown.append(output)
+    return shown
+
+
+def _records_by_name(outputs: list) -> dict[str, str]:
+    found = {}
+    for output in outputs:
+        name = output.get("metadata", {}).get("scrapbook", {}).get("name")
+        value = output.get("data", {}).get(RECORD)
+        if name and value is not None:
+            found[name] = "".join(value) if isinstance(value, list) else value
+    return found
+
+
+def _patch_nbval() -> None:
+    try:
+        from nbval.plugin import IPyNbCell
+    except ImportError:  # nbval is not installed: nothing to patch
+        return
+    compare = IPyNbCell.compare_outputs
+    if getattr(compare, "_compares_as_shown", False):
+        return
+
+    def compare_as_shown(self, test, ref, skip_compare=None):
+        path = Path(str(self.fspath))
+        binds = _bindings_of(path)
+        committed = _records_by_name(ref)
+        return compare(
+            self,
+            _as_shown(test, binds, committed),
+            _as_shown(ref, binds, committed),
+            skip_compare,
+        )
+
+    compare_as_shown._compares_as_shown = True
+    IPyNbCell.compare_outputs = compare_as_shown
+
+
+_patch_nbval()
