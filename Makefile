@@ -38,7 +38,7 @@ PARALLEL = -n $(JOBS) --dist loadfile --no-loadscope-reorder --durations=25
 # JupyterLab refuses to start as root (containers, cloud machines) unless told to.
 LAB_ROOT = $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: book test test-unit test-book test-notebooks nbval lint format install install-test \
+.PHONY: book test test-unit test-book test-notebooks test-rounding nbval lint format install install-test \
         chromium execute lab lock clean check-python diagrams model
 
 check-python:
@@ -110,6 +110,19 @@ test-book: install-test chromium
 
 test-notebooks: install-test
 	$(TEST_ENV) $(BIN)/python -m pytest $(PARALLEL) -m notebooks tests book $(NBVAL)
+
+# Re-run every notebook under two other float rounding paths of this CPU and compare with the
+# committed outputs: what a machine of another CPU family (Intel, AMD, ARM) sees. PyTorch's
+# vectorised kernels (ATEN_CPU_CAPABILITY) and MKL's conditional-numerical-reproducibility mode
+# (MKL_CBWR) both change the last bits of a result; on an x86-64 CPU each pair below changes the
+# digits of a trained model. On an ARM CPU they are ignored and this re-runs the same path twice.
+ROUNDING_PATHS ?= ATEN_CPU_CAPABILITY=avx2,MKL_CBWR=COMPATIBLE ATEN_CPU_CAPABILITY=default
+test-rounding: install-test
+	@set -e; for path in $(ROUNDING_PATHS); do \
+	  echo "== notebooks under $$path"; \
+	  env $$(echo $$path | tr , ' ') $(TEST_ENV) $(BIN)/python -m pytest $(PARALLEL) \
+	    -p no:cacheprovider book $(NBVAL); \
+	done
 
 # Re-run one notebook and compare with its committed outputs: make nbval NB=book/part1/x.ipynb
 nbval: install-test
