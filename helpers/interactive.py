@@ -70,11 +70,24 @@ def _json(data: object) -> str:
     return json.dumps(data, sort_keys=True, separators=(",", ":")).replace("</", "<\\/")
 
 
+def _skeleton(data: object) -> object:
+    """The data with every float replaced by 0.0: its keys, shapes, labels and integers only."""
+    if isinstance(data, dict):
+        return {key: _skeleton(value) for key, value in data.items()}
+    if isinstance(data, list | tuple):
+        return [_skeleton(value) for value in data]
+    return 0.0 if isinstance(data, float) else data
+
+
 def _figure(
     kind: str, call: str, data: dict, files: Sequence[str], noscript: str
 ) -> InteractiveHTML:
     payload = _json(data)
-    digest = hashlib.sha1(f"{next(_COUNTER)}:{kind}:{payload}".encode()).hexdigest()[:10]
+    # The element id must be unique on a page (JupyterLab shows several notebooks in one page)
+    # and the same on every machine: it hashes the figure's place and shape, never its floats,
+    # whose last digits depend on the CPU's rounding.
+    shape = _json(_skeleton(data))
+    digest = hashlib.sha1(f"{next(_COUNTER)}:{kind}:{shape}".encode()).hexdigest()[:10]
     element_id = f"afs-{kind}-{digest}"
     html = (
         f'<div id="{element_id}" class="afs-widget afs-{kind}">'

@@ -67,6 +67,18 @@ def test_outputs_are_deterministic_across_runs(monkeypatch) -> None:
     assert len(set(ids)) == len(ids)
 
 
+def test_the_element_id_does_not_depend_on_float_values(monkeypatch) -> None:
+    """Another CPU's rounding changes the scores' last digits: the id nbval compares must not."""
+    scores = torch.tensor([[0.25, 0.0], [0.5, 1 / 3]])
+    ids = []
+    for nudge in (0.0, 1e-3):
+        monkeypatch.setattr(interactive, "_COUNTER", __import__("itertools").count())
+        ids.append(causal_mask_widget(scores + nudge).element_id)
+    assert ids[0] == ids[1]
+    monkeypatch.setattr(interactive, "_COUNTER", __import__("itertools").count())
+    assert causal_mask_widget(torch.zeros(3, 3)).element_id != ids[0]  # another shape
+
+
 def test_numbers_are_rounded_so_last_bits_cannot_change_the_output() -> None:
     scores = torch.tensor([[0.1234567891, 0.0], [0.5, 1 / 3]])
     data = payload_of(causal_mask_widget(scores))
