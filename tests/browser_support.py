@@ -38,8 +38,17 @@ def built_pages(html_dir: Path) -> list[Path]:
 class Page:
     """A page opened with the network blocked, recording console errors and outside requests."""
 
-    def __init__(self, chromium, url: str, width: int = 1100, height: int = 900) -> None:
-        self.context = chromium.new_context(viewport={"width": width, "height": height})
+    def __init__(
+        self,
+        chromium,
+        url: str,
+        width: int = 1100,
+        height: int = 900,
+        color_scheme: str = "light",
+    ) -> None:
+        self.context = chromium.new_context(
+            viewport={"width": width, "height": height}, color_scheme=color_scheme
+        )
         self.external: list[str] = []
         self.errors: list[str] = []
 
@@ -117,6 +126,32 @@ CLIPPED_BLOCKS = """() => [...document.querySelectorAll('.bd-article pre')]
         hidden: e.scrollWidth - e.clientWidth,
         text: e.textContent.trim().split('\\n')[0].slice(0, 50),
     }))"""
+
+
+# How far the page itself scrolls sideways (0 when it fits the window), and what sticks out.
+PAGE_OVERFLOW = """() => {
+    const width = document.documentElement.clientWidth;
+    const over = document.documentElement.scrollWidth - width;
+    const clipped = (e) => {  // inside a box that scrolls or clips its own content
+        for (let a = e.parentElement; a; a = a.parentElement) {
+            if (getComputedStyle(a).overflowX !== 'visible') return a !== document.body
+                && a !== document.documentElement;
+        }
+        return false;
+    };
+    const culprits = over <= 0 ? [] : [...document.querySelectorAll('body *')]
+        .filter((e) => e.getBoundingClientRect().right > width + 1 && !clipped(e))
+        .slice(-5)
+        .map((e) => `${e.tagName.toLowerCase()}.${e.className}: `
+            + (e.textContent || '').trim().slice(0, 40));
+    return {over, culprits};
+}"""
+
+
+def page_overflow(page) -> dict:
+    """How many pixels the page scrolls sideways (``over``) and up to five elements that stick
+    out past the window (``culprits``)."""
+    return page.evaluate(PAGE_OVERFLOW)
 
 
 def clipped_blocks(page) -> list[dict]:

@@ -6,7 +6,8 @@ accessibility audit with no serious or critical violation (the colour contrast o
 highlighted code token is checked on the first page that shows it: its colour comes from the same
 style sheet on every page), and show its code whole: at a
 1280 x 800 window no code cell and no output scrolls sideways, at 1024 px at most a handful of
-outputs do.
+outputs do. On a 390 px phone screen no page scrolls sideways (a code block may scroll inside its
+own box). Dark mode follows the system's setting, and passes the same audit.
 """
 
 from __future__ import annotations
@@ -15,10 +16,18 @@ import re
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from browser_support import Page, axe_violations, built_pages, clipped_blocks, unwrap_seen_tokens
+from browser_support import (
+    Page,
+    axe_violations,
+    built_pages,
+    clipped_blocks,
+    page_overflow,
+    unwrap_seen_tokens,
+)
 
 # Code blocks allowed to scroll sideways, over the whole book, at each window width.
 MAX_CLIPPED = {1280: {"code": 0, "output": 0, "other": 0}, 1024: {"code": 0, "output": 5}}
+PHONE_WIDTH = 390  # an iPhone 12 to 15's CSS width
 
 
 def test_book_has_pages(book_build) -> None:
@@ -110,6 +119,14 @@ def check_page(
         if url.scheme == "file" and not Path(unquote(url.path)).exists():
             problems.append(f"{name}: broken internal link {href}")
 
+    page.set_viewport_size({"width": PHONE_WIDTH, "height": 844})
+    page.wait_for_timeout(50)
+    phone = page_overflow(page)
+    if phone["over"] > 0:
+        problems.append(
+            f"{name}: scrolls {phone['over']} px sideways on a {PHONE_WIDTH} px phone: "
+            + "; ".join(phone["culprits"])
+        )
     for width in (1024, 1280):  # back at 1280 px for axe
         page.set_viewport_size({"width": width, "height": 800})
         page.wait_for_timeout(50)
@@ -145,3 +162,22 @@ def test_no_page_loads_live_code(book_build) -> None:
     for path in built_pages(book_build.html_dir):
         html = path.read_text(encoding="utf-8")
         assert "THEBE_JS_URL" not in html and "launch-thebe" not in html, path.name
+
+
+def test_dark_mode_follows_the_system(book_build, browser) -> None:
+    """With the system in dark mode a chapter opens dark, stays readable (axe's contrast rules)
+    and logs no error; figures keep their white card."""
+    assert book_build.returncode == 0, book_build.log[-3000:]
+    chapter = book_build.html_dir / "book" / "part1" / "causal_masking.html"
+    opened = Page(browser, chapter.as_uri(), width=1280, height=800, color_scheme="dark")
+    page = opened.page
+    assert page.evaluate("() => document.documentElement.dataset.theme") == "dark"
+    backgrounds = page.evaluate(
+        "() => [...document.querySelectorAll('.bd-article img')]"
+        ".map(i => getComputedStyle(i).backgroundColor)"
+    )
+    assert backgrounds and set(backgrounds) == {"rgb(255, 255, 255)"}, backgrounds
+    unwrap_seen_tokens(page, set())
+    assert axe_violations(page) == []
+    assert opened.problems() == []
+    opened.close()
