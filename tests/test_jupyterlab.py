@@ -2,7 +2,8 @@
 
 A real JupyterLab server (a free local port, token auth, its own temporary settings and runtime
 folders) opens one Part I chapter that has a figure, exercises, citations and cross-references.
-No MyST directive or role may be visible as text, and the figure's image must have loaded.
+No MyST directive or role may be visible as text, the figure's image must have loaded, and every
+number the prose takes from a cell must read as that number (a glue role would show its name).
 """
 
 from __future__ import annotations
@@ -22,11 +23,23 @@ from pathlib import Path
 
 import pytest
 
+from tools.prose_numbers import bindings
+
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTER = "book/part1/queries_keys_values.ipynb"
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 # What the raw MyST source shows where the extension does not render it.
-RAW_MYST = (":name:", ":alt:", ":label:", "{figure}", "{exercise}", "{cite}", "{doc}", "{numref}")
+RAW_MYST = (
+    ":name:",
+    ":alt:",
+    ":label:",
+    "{figure}",
+    "{exercise}",
+    "{cite}",
+    "{doc}",
+    "{numref}",
+    "{glue",
+)
 START_TIMEOUT_S = 60
 
 
@@ -122,11 +135,18 @@ def markdown_sources() -> list[str]:
     return ["".join(c["source"]) for c in cells if c["cell_type"] == "markdown"]
 
 
+def bound_numbers() -> list[tuple[str, str]]:
+    """(glue name, the text the prose shows) for every number the chapter binds to a cell."""
+    cells = json.loads((ROOT / CHAPTER).read_text())["cells"]
+    return [(b.name, b.text) for c in cells for b in bindings(c) if c["cell_type"] == "markdown"]
+
+
 def test_the_chapter_uses_the_myst_the_test_looks_for() -> None:
     """Otherwise the checks below would pass without anything to render."""
     source = "\n".join(markdown_sources())
     for raw in ("{figure}", "{exercise}", "{cite}", "{doc}", "{numref}", ":name:"):
         assert raw in source, f"{CHAPTER} no longer has {raw}: pick another chapter"
+    assert bound_numbers(), f"{CHAPTER} binds no number to a cell: pick another chapter"
 
 
 def test_jupyterlab_renders_myst(page) -> None:
@@ -153,3 +173,11 @@ def test_jupyterlab_renders_myst(page) -> None:
     assert images_loaded, "the figure's image did not load in JupyterLab"
     figures = sum(source.count("{figure}") for source in sources)
     assert page.locator(".jp-MarkdownCell img").count() >= figures
+
+
+def test_numbers_from_the_cells_read_as_numbers(page) -> None:
+    """A number the prose takes from a cell shows as its value, not as the name it is glued by."""
+    text = "\n".join(page.locator(".jp-Notebook .jp-MarkdownCell").all_inner_texts())
+    for name, shown in bound_numbers():
+        assert shown in text, f"{shown!r} (glued as {name!r}) is not shown in JupyterLab"
+        assert name not in text, f"JupyterLab shows the glue name {name!r}"
