@@ -256,8 +256,10 @@ SCORES_WRONG = {
 
 
 def split_book(x: Tensor, n_head: int) -> Tensor:
-    """The book's layer's own split (a method of MultiHeadAttention)."""
-    return MultiHeadAttention(x.shape[-1], n_head)._split_heads(x)
+    """The book's layer's own split (a method of MultiHeadAttention; building the layer draws
+    its weights, so the global random state is put back, as the exercise asks)."""
+    with torch.random.fork_rng(devices=[]):
+        return MultiHeadAttention(x.shape[-1], n_head)._split_heads(x)
 
 
 def merge_book(y: Tensor) -> Tensor:
@@ -426,7 +428,8 @@ BATCH_WRONG = {
         lambda d, b, n, generator: _batch(d, b, n, generator, high=1, wrap=True),
         "inside",
     ),
-    "ignores_generator": (lambda d, b, n, generator: _batch(d, b, n, None), "reproducible"),
+    # Draws from the global random state: a side effect, found at the first call.
+    "ignores_generator": (lambda d, b, n, generator: _batch(d, b, n, None), "shape"),
     "misses_last_start": (lambda d, b, n, generator: _batch(d, b, n, generator, high=-1), "spread"),
     # Every start is 0: the same batch on every call, caught before the spread of the starts.
     "always_starts_at_0": (
@@ -691,14 +694,36 @@ def test_rejects_each_mistake_on_its_property(
     out = capsys.readouterr().out
     assert not result, f"the mistake {answer!r} was accepted:\n{out}"
     assert result.failed_key == key, f"{answer!r} failed on {result.failed_key!r}:\n{out}"
-    number = result.properties.index(result.failed) + 1
-    assert out.startswith(f"Property {number} of {len(result.properties)} failed: {result.failed}")
+    assert_header(result, out)
     for label in ("input:", "got:", "hint:"):
         assert f"  {label}" in out, out
     # A few numbers, never a whole tensor: short lines, a short report.
     assert max(len(line) for line in out.splitlines()) <= 100
     assert len(out.splitlines()) <= 14, out
     assert "Traceback" not in out and " at 0x" not in out
+
+
+HEADERS = {
+    "raised": "Your function raised an exception.",
+    "nan": "Your function returned nan or inf.",
+    "changed_input": "Your function changed its input.",
+    "side_effect": "Your function had a side effect.",
+    "timeout": "Your function did not finish in time.",
+}
+
+
+def assert_header(result: CheckResult, out: str) -> None:
+    """The report starts by saying what went wrong: a failed property, or what the function did
+    (raised, returned nan, changed its input, had a side effect, did not finish), and then
+    which property was being checked."""
+    number = result.properties.index(result.failed) + 1
+    total = len(result.properties)
+    if result.kind == "property":
+        assert out.startswith(f"Property {number} of {total} failed: {result.failed}"), out
+    else:
+        lines = out.splitlines()
+        assert lines[0] == HEADERS[result.kind], out
+        assert lines[1].startswith(f"  during:   property {number} of {total}, "), out
 
 
 # Properties no single plausible mistake can fail first: they follow from the properties before

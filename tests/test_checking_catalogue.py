@@ -379,7 +379,7 @@ WRONG: dict[str, dict[str, tuple[Any, str, str]]] = {
         "fixed_mask_sliced": (avg_fixed_mask, "mean", "your function raised RuntimeError"),
         "output_cached_by_shape": (by_shape(avg_cumsum), "mean", NEUTRAL),
         "no_grad": (no_grad(avg_cumsum), "mean", GRAD),
-        "through_numpy": (via_numpy(avg_cumsum), "mean", GRAD),
+        "through_numpy": (via_numpy(avg_cumsum), "mean", "NumPy has no bfloat16"),
         "overwrites_input": (avg_in_place, "shape", IN_PLACE),
     },
     "causal_softmax": {
@@ -387,7 +387,7 @@ WRONG: dict[str, dict[str, tuple[Any, str, str]]] = {
         "no_max_subtracted": (softmax_no_max, "future_zero", NAN),
         "one_max_for_the_tensor": (softmax_global_max, "future_zero", NAN),
         "fixed_mask_sliced": (softmax_fixed_mask, "future_zero", "RuntimeError"),
-        "output_cached_by_shape": (by_shape(softmax_book), "softmax", NEUTRAL),
+        "output_cached_by_shape": (by_shape(softmax_book), "future_zero", NEUTRAL),
         "no_grad": (no_grad(softmax_book), "softmax", GRAD),
         "log_softmax": (
             lambda s: F.log_softmax(s.masked_fill(_future(s.shape[-1]), -math.inf), -1),
@@ -400,7 +400,7 @@ WRONG: dict[str, dict[str, tuple[Any, str, str]]] = {
         "no_max_subtracted": (attn_no_max, "weights_sum", NAN),
         "fixed_mask_sliced": (attn_fixed_mask, "weights_sum", "RuntimeError"),
         "output_cached_by_shape": (by_shape(attention_loop), "weights_sum", NEUTRAL),
-        "dropout": (attn_dropout, "weights_sum", NEUTRAL),
+        "dropout": (attn_dropout, "shape", "dropout in training mode"),
         "scaled_after_softmax": (attn_scaled_after_softmax, "weights_sum", "after the softmax"),
         "weights_times_k": (
             lambda q, k, v: (
@@ -409,7 +409,7 @@ WRONG: dict[str, dict[str, tuple[Any, str, str]]] = {
             "weights_sum",
             "weights @ k",
         ),
-        "through_numpy": (via_numpy(attention_loop), "matches_torch", GRAD),
+        "through_numpy": (via_numpy(attention_loop), "matches_torch", "NumPy has no bfloat16"),
         "overwrites_input": (attn_in_place, "shape", IN_PLACE),
     },
     "scaled_scores": {
@@ -433,7 +433,7 @@ WRONG: dict[str, dict[str, tuple[Any, str, str]]] = {
         "ignores_base": (pe_ignores_base, "shift", "ignores the base argument"),
     },
     "get_batch": {
-        "reseeds_global_state": (batch_reseeds_global, "reproducible", "same batch"),
+        "reseeds_global_state": (batch_reseeds_global, "shape", "no torch.manual_seed"),
         "private_generator": (batch_private_generator, "reproducible", "same batch"),
         "reseeds_the_generator": (batch_reseeds_generator, "reproducible", "same batch"),
         "renamed_generator": (batch_renamed, "shape", "passes generator=... by keyword"),

@@ -13,18 +13,41 @@ is truthy only when every property holds:
   (a few numbers, never a whole tensor) and a one-line hint;
 * the function raises ``NotImplementedError`` (the exercise's empty stub): a one-line reminder.
 
+Failures that are not a property are reported as what they are, each with its own first line:
+the function raised an exception (its type, message and the line of the reader's code that
+raised it), returned nan or inf, changed its input in place, had a side effect (changed torch's
+global random state, switched a module's mode, or gave another result for the same input on a
+later call), did not finish in time, or is not a function at all.
+
 A checker never raises and never prints a traceback: whatever the reader's code raises becomes
 part of the report. Random draws use their own seeded generators (the global random state is
 saved and restored), so the report is the same text on every run.
+
+Every call of the reader's function is bounded in time: it is stopped after
+:data:`CALL_TIME_LIMIT` seconds, and all the calls of one check together get
+:data:`CHECK_TIME_LIMIT` seconds, so a function that never returns (a ``continue`` where
+``break`` was meant) gives a report, not a kernel that has to be interrupted. On Linux and macOS,
+in the main thread (where a Jupyter kernel runs a cell), the call is interrupted by a ``SIGALRM``
+timer; elsewhere it runs in a daemon thread that is asked to stop with an asynchronous exception.
+Either way a function stuck inside one long C call (one enormous tensor operation) is
+interrupted only when that call returns; a function that catches ``BaseException`` can ignore
+the request, and in the daemon thread it then keeps running in the background.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import ctypes
 import math
+import os
 import re
+import signal
+import sysconfig
 import textwrap
+import threading
+import time
+import traceback
 import warnings
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -37,6 +60,9 @@ NOT_IMPLEMENTED_MESSAGE = (
     "Not implemented yet: fill in the function above, then run this cell again."
 )
 _WIDTH = 100  # report lines are wrapped to this width
+CALL_TIME_LIMIT = 10.0  # seconds one call of the reader's function may take
+CHECK_TIME_LIMIT = 60.0  # seconds all the calls of one check may take together
+_USE_SIGNALS = True  # interrupt a call with SIGALRM where possible (else a daemon thread)
 
 
 # --------------------------------------------------------------------------------------------
@@ -56,8 +82,15 @@ class CheckResult:
         failed: the name of the first property that failed, or ``None``.
         failed_key: the identifier of that property, or ``None``.
         not_implemented: the function raised ``NotImplementedError``.
-        n_calls: how many times the reader's function was called.
+        n_calls: how many inputs the reader's function was called on (a repeated call on an
+            input it was given before, to find state kept between calls, is not counted).
         report: the text the checker printed.
+        kind: what went wrong, ``None`` when nothing did: ``"property"`` (a property does not
+            hold), ``"raised"`` (the function raised an exception), ``"nan"`` (it returned nan
+            or inf), ``"changed_input"`` (it changed an argument in place), ``"side_effect"``
+            (it changed torch's global random state or kept state between calls),
+            ``"timeout"`` (it did not finish in time), ``"not_callable"`` (the check was given
+            something that is not a function) or ``"not_implemented"``.
     """
 
     checker: str
@@ -69,6 +102,7 @@ class CheckResult:
     not_implemented: bool
     n_calls: int
     report: str
+    kind: str | None = None
 
     def __bool__(self) -> bool:
         return self.failed is None and not self.not_implemented
@@ -92,22 +126,62 @@ class CheckResult:
 class _Mismatch(Exception):
     """A property does not hold: what was expected and what the reader's function gave."""
 
+    kind = "property"
+
     def __init__(self, expected: str, got: str, hint: str | None = None) -> None:
         super().__init__(got)
         self.expected, self.got, self.hint = expected, got, hint
+
+
+class _ReturnedNaN(_Mismatch):
+    """The reader's function returned nan or inf where the answer is finite."""
+
+    kind = "nan"
+
+
+class _ChangedInput(_Mismatch):
+    """The reader's function changed one of its arguments in place."""
+
+    kind = "changed_input"
+
+
+class _SideEffect(_Mismatch):
+    """The reader's function changed something outside itself (global random state, a module's
+    mode) or kept state between calls."""
+
+    kind = "side_effect"
+
+
+class _TimedOut(_Mismatch):
+    """The reader's function did not finish within its time."""
+
+    kind = "timeout"
+
+
+class _NotCallable(Exception):
+    """The check was given something that is not a function."""
+
+    def __init__(self, value: Any) -> None:
+        super().__init__(type(value).__name__)
+        self.type_name = type(value).__name__
 
 
 class _ReaderRaised(Exception):
     """The reader's function raised ``error`` (any exception but ``KeyboardInterrupt``)."""
 
     def __init__(self, error: BaseException, at_call: bool = False) -> None:
-        super().__init__(str(error))
+        super().__init__(_error_text(error))
         self.error = error
         self.at_call = at_call  # raised by the call itself (a signature mismatch), not inside
 
 
 class _ReaderNotImplemented(Exception):
     """The reader's function raised ``NotImplementedError``."""
+
+
+class _Stop(BaseException):
+    """Raised inside the reader's function when its time is up (a ``BaseException``, so that an
+    ``except Exception`` in the reader's code does not swallow it)."""
 
 
 @dataclass(frozen=True)
@@ -119,8 +193,15 @@ class _Property:
 
 
 def _clone(value: Any) -> Any:
+    """A copy of ``value`` for the reader's function: a tensor with the same strides (a
+    non-contiguous input stays non-contiguous), a deep copy of a module, anything else as is."""
     if isinstance(value, torch.Tensor):
-        return value.clone()
+        if value.is_contiguous():
+            return value.clone()
+        copied = torch.empty_strided(
+            value.shape, value.stride(), dtype=value.dtype, device=value.device
+        )
+        return copied.copy_(value)  # differentiable, as clone() is
     if isinstance(value, torch.nn.Module):
         return copy.deepcopy(value)
     return value
@@ -138,65 +219,315 @@ def _edited(original: Any, passed: Any) -> str | None:
         for name, value in original.state_dict().items():
             if name not in theirs or not torch.equal(value, theirs[name]):
                 return f"the {name}"
+        for (name, mine), (_, module) in zip(
+            original.named_modules(), passed.named_modules(), strict=False
+        ):
+            if mine.training != module.training:
+                mode = "eval" if mine.training else "train"
+                where = f"its submodule {name}" if name else "it"
+                return f"the mode (it switched {where} to {mode} mode)"
     return None
 
 
+def _same_output(a: Any, b: Any) -> bool:
+    """Whether two outputs of the reader's function are the same (tensors to 1e-6, nan equal to
+    nan; tuples and lists item by item; anything else by ``==``)."""
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return (
+            a.shape == b.shape
+            and a.dtype == b.dtype
+            and bool(
+                torch.isclose(
+                    a.detach().double(), b.detach().double(), 1e-6, 1e-6, equal_nan=True
+                ).all()
+            )
+        )
+    if isinstance(a, tuple | list) and isinstance(b, tuple | list):
+        return len(a) == len(b) and all(_same_output(x, y) for x, y in zip(a, b, strict=True))
+    try:
+        return bool(a == b)
+    except Exception:  # an object whose == does not give a truth value
+        return a is b
+
+
 _ORDINAL = ("first", "second", "third", "fourth", "fifth")
+
+_RNG_HINT = (
+    "The function needs no random numbers and must leave torch's global random state alone: "
+    "remove torch.manual_seed(...) and any draw without a generator of its own (torch.rand, "
+    "torch.randn, torch.randint, torch.randperm, dropout in training mode)."
+)
+
+
+def _interrupt_thread(thread: threading.Thread) -> None:
+    """Ask ``thread`` to stop: raise :class:`_Stop` in it at its next Python instruction."""
+    ident = thread.ident
+    set_async_exc = getattr(ctypes.pythonapi, "PyThreadState_SetAsyncExc", None)
+    if ident is None or set_async_exc is None:
+        return
+    set_async_exc(ctypes.c_ulong(ident), ctypes.py_object(_Stop))
+
+
+def _can_use_signals() -> bool:
+    """Whether a ``SIGALRM`` timer can interrupt a call here: on Unix, in the main thread, with
+    no timer or ``SIGALRM`` handler of someone else's in place."""
+    return (
+        _USE_SIGNALS
+        and hasattr(signal, "setitimer")
+        and threading.current_thread() is threading.main_thread()
+        and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+        and signal.getsignal(signal.SIGALRM) in (signal.SIG_DFL, signal.SIG_IGN, None)
+    )
+
+
+def _call_with_time_limit(
+    fn: Callable[..., Any], args: Sequence[Any], kwargs: dict[str, Any], seconds: float
+) -> Any:
+    """``fn(*args, **kwargs)``, or :class:`_Stop` if it has not returned after ``seconds``."""
+    if _can_use_signals():
+
+        def stop(signum: int, frame: Any) -> None:
+            raise _Stop
+
+        previous = signal.signal(signal.SIGALRM, stop)
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0.0)
+            signal.signal(signal.SIGALRM, previous)
+
+    # Elsewhere (another thread, Windows): run the call in a daemon thread, with the caller's
+    # autograd mode (thread-local in PyTorch), and stop it if it takes too long.
+    grad = torch.is_grad_enabled()
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            with torch.set_grad_enabled(grad):
+                box["out"] = fn(*args, **kwargs)
+        except BaseException as err:  # handed to the caller's thread below
+            box["error"] = err
+
+    thread = threading.Thread(target=target, name="reader-function", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        _interrupt_thread(thread)
+        thread.join(1.0)
+        raise _Stop
+    if "error" in box:
+        raise box["error"]
+    return box["out"]
 
 
 class _Session:
     """Calls the reader's function, remembering the input the current property is using."""
 
-    def __init__(self) -> None:
+    def __init__(self, rng_hint: str = _RNG_HINT) -> None:
         self.n_calls = 0
         self.input = "(before the first call)"
         self.passed: tuple[Any, ...] = ()  # the copies of the arguments of the latest call
+        self.rng_hint = rng_hint
+        self.spent = 0.0  # seconds spent in the reader's function
+        self.first: tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], Any, str] | None
+        self.first = None  # the first call: function, arguments, output and input, to repeat
 
-    def call(self, fn: Callable[..., Any], *args: Any, input: str, **kwargs: Any) -> Any:
+    def call(
+        self, fn: Callable[..., Any], *args: Any, input: str, _repeat: bool = False, **kwargs: Any
+    ) -> Any:
         """``fn(*args, **kwargs)`` on copies of the arguments (an in-place edit by the reader's
         code cannot change the checker's reference, and is reported); ``input`` describes them
         for the report. Any exception but ``KeyboardInterrupt`` becomes part of the report,
-        ``SystemExit`` included."""
+        ``SystemExit`` included; so does a call that does not return in time, a change of
+        torch's global random state, and an edit of an argument."""
         self.input = input
-        self.n_calls += 1
+        if not callable(fn):
+            raise _NotCallable(fn)
+        if not _repeat:
+            self.n_calls += 1
         passed = tuple(_clone(a) for a in args)
         passed_kw = {name: _clone(value) for name, value in kwargs.items()}
         self.passed = passed
-        if not callable(fn):
-            raise _Mismatch(
-                "a function",
-                f"an object of type {type(fn).__name__}",
-                "Pass the function itself to the check, e.g. check_x(my_function), without "
-                "calling it.",
+        record = self.first is None and not _repeat
+        if record:
+            saved = (
+                tuple(_snapshot(a) for a in args),
+                {name: _snapshot(v) for name, v in kwargs.items()},
             )
+        limit = min(CALL_TIME_LIMIT, CHECK_TIME_LIMIT - self.spent)
+        if limit <= 0:
+            raise _TimedOut(
+                f"all the calls of the check done within {CHECK_TIME_LIMIT:g} s",
+                f"your function's calls took more than {CHECK_TIME_LIMIT:g} s in all",
+                _SLOW_HINT,
+            )
+        rng = torch.get_rng_state()
+        started = time.monotonic()
         try:
-            out = fn(*passed, **passed_kw)
+            out = _call_with_time_limit(fn, passed, passed_kw, limit)
         except NotImplementedError as err:
             raise _ReaderNotImplemented from err
         except KeyboardInterrupt:
             raise
+        except _Stop:
+            if limit < CALL_TIME_LIMIT:
+                raise _TimedOut(
+                    f"all the calls of the check done within {CHECK_TIME_LIMIT:g} s",
+                    f"your function's calls took more than {CHECK_TIME_LIMIT:g} s in all, this "
+                    "one unfinished",
+                    _SLOW_HINT,
+                ) from None
+            raise _TimedOut(
+                "a result",
+                f"your function did not finish within {CALL_TIME_LIMIT:g} s and was stopped",
+                _SLOW_HINT,
+            ) from None
         except BaseException as err:  # the reader's bug becomes part of the report
             tb = err.__traceback__
-            at_call = isinstance(err, TypeError) and tb is not None and tb.tb_next is None
+            at_call = isinstance(err, TypeError) and _raised_by_the_call(tb)
             raise _ReaderRaised(err, at_call) from err
+        finally:
+            self.spent += time.monotonic() - started
         pairs = [*zip(args, passed, strict=True)]
         pairs += [(kwargs[name], passed_kw[name]) for name in kwargs]
         for number, (original, copy_) in enumerate(pairs):
             what = _edited(original, copy_)
             if what is not None:
                 nth = _ORDINAL[number] if number < len(_ORDINAL) else f"number {number + 1}"
-                raise _Mismatch(
+                if what.startswith("the mode"):
+                    raise _ChangedInput(
+                        "the arguments left as they were (the caller still needs them)",
+                        f"your function changed {what} of its {nth} argument",
+                        "Leave the module's mode to the caller: .eval() or .train() inside your "
+                        "function switches dropout (and anything else that depends on the mode) "
+                        "for the rest of the caller's training or generation too.",
+                    )
+                raise _ChangedInput(
                     "the arguments left as they were (the caller still needs them)",
                     f"your function changed {what} of its {nth} argument in place",
                     "Work on new tensors: masked_fill rather than masked_fill_, x = x + y rather "
                     "than x += y, or clone() the input before editing it.",
                 )
+        if not torch.equal(rng, torch.get_rng_state()):
+            raise _SideEffect(
+                "torch's global random state left as it was",
+                "your function reseeded torch's global random number generator or drew random "
+                "numbers from it",
+                self.rng_hint,
+            )
+        if record:
+            self.first = (fn, *saved, _snapshot(out), input)
         return out
+
+    def repeat_first(self) -> None:
+        """Call the reader's function again on the first input it was given, and compare: a
+        function that keeps state between calls (a global, a cache, a counter) gives another
+        result, which is reported."""
+        if self.first is None:
+            return
+        fn, args, kwargs, out, input = self.first
+        again = self.call(
+            fn,
+            *(_unsnapshot(a) for a in args),
+            input=f"{input}, a second time",
+            _repeat=True,
+            **{name: _unsnapshot(v) for name, v in kwargs.items()},
+        )
+        if not _same_output(again, out):
+            raise _SideEffect(
+                "the same result for the same input, every time",
+                "another result the second time it was given its first input",
+                "Your function keeps state between calls (a global variable, a cache, a counter, "
+                "a default argument that is a list or dict it edits): compute the result from "
+                "the arguments alone.",
+            )
+
+
+_SLOW_HINT = (
+    "A right answer takes well under a second on this input: look for a loop whose condition "
+    "never becomes false (a continue where break was meant, an index or a list that never "
+    "changes, a while loop that does not shrink its input)."
+)
+
+
+def _snapshot(value: Any) -> Any:
+    """A copy of an argument or output that the checker keeps, to repeat a call later."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, torch.nn.Module):
+        return copy.deepcopy(value)
+    if isinstance(value, torch.Generator):
+        return ("generator", value.get_state())
+    if isinstance(value, list | dict):
+        return copy.deepcopy(value)
+    if isinstance(value, tuple):
+        return tuple(_snapshot(v) for v in value)
+    return value
+
+
+def _unsnapshot(value: Any) -> Any:
+    """The argument a snapshot stands for (a generator in the state it was in)."""
+    if isinstance(value, tuple) and len(value) == 2 and value[0] == "generator":
+        generator = torch.Generator()
+        generator.set_state(value[1])
+        return generator
+    if isinstance(value, torch.nn.Module | list | dict):
+        return copy.deepcopy(value)
+    return value
+
+
+def _raised_by_the_call(tb: Any) -> bool:
+    """Whether a ``TypeError`` came from calling the function (a signature mismatch) rather than
+    from inside it: its traceback has no frame of the reader's code."""
+    return all(_is_ours(frame.filename) for frame in traceback.extract_tb(tb))
+
+
+_SKIPPED_DIRS = tuple(
+    os.path.normcase(os.path.realpath(path)) + os.sep
+    for path in {
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))),  # the book's helpers
+        os.path.dirname(os.path.abspath(torch.__file__)),
+        sysconfig.get_paths()["stdlib"],
+        sysconfig.get_paths()["platstdlib"],
+        sysconfig.get_paths()["purelib"],
+        sysconfig.get_paths()["platlib"],
+    }
+)
+
+
+def _is_ours(filename: str) -> bool:
+    """Whether ``filename`` is code of the book's helpers (the checker included), of torch or of
+    Python itself: not the reader's."""
+    if filename.startswith("<frozen"):
+        return True
+    name = os.path.normcase(os.path.realpath(filename))
+    return name.startswith(_SKIPPED_DIRS)
+
+
+def _reader_line(error: BaseException) -> str | None:
+    """Where in the reader's code ``error`` was raised: the innermost frame of the traceback
+    that is neither the checker's, torch's nor Python's, as ``line N of name: code``."""
+    for frame in reversed(traceback.extract_tb(error.__traceback__)):
+        if _is_ours(frame.filename):
+            continue
+        code = (frame.line or "").strip()
+        where = f"line {frame.lineno} of {frame.name}"
+        return f"{where}: {code}" if code else where
+    return None
+
+
+def _message(error: BaseException) -> str:
+    """``str(error)``, or a note when the exception's own ``__str__`` fails."""
+    try:
+        return str(error)
+    except Exception as inner:  # the reader's exception class cannot print itself
+        return f"(its message cannot be printed: str() of it raised {type(inner).__name__})"
 
 
 def _error_text(error: BaseException) -> str:
     """``TypeName: first line of the message``, without memory addresses, at most 200 chars."""
-    lines = str(error).strip().splitlines()
+    lines = _message(error).strip().splitlines()
     message = re.sub(r" at 0x[0-9a-fA-F]+", "", lines[0] if lines else "")
     message = re.sub(r"0x[0-9a-fA-F]{6,}", "0x...", message)
     if len(message) > 200:
@@ -211,20 +542,42 @@ def _raised_hint(error: BaseException, at_call: bool) -> str | None:
             "Your function called exit() or sys.exit() (or raised SystemExit): return the "
             "result instead."
         )
-    if "view size is not compatible" in str(error):
+    message = _message(error)
+    if "view size is not compatible" in message:
         return (
-            "view() needs a contiguous tensor and a transpose is not one: use .reshape(...) or "
+            "view() needs a contiguous tensor, and this input is not one (a transpose or a "
+            "slice of a larger tensor, as inside a model): use .reshape(...) or "
             ".contiguous().view(...)."
+        )
+    if re.search(r"same dtype|expected scalar type|dtype.* but got", message):
+        return (
+            "Two tensors of different dtypes met in one operation: a tensor your function "
+            "creates gets torch's default dtype (float32), or float64 from NumPy, not the "
+            "input's dtype. Create it with dtype=x.dtype (torch.ones(T, T, dtype=x.dtype)) or "
+            "cast it with .to(x.dtype)."
+        )
+    if "unsupported ScalarType BFloat16" in message:
+        return (
+            "NumPy has no bfloat16, so .numpy() fails on a bfloat16 tensor (and cuts the "
+            "gradient on any other): stay in PyTorch from input to output."
+        )
+    if "masked_fill_ only supports boolean masks" in message or (
+        "masked_fill" in message and "bool" in message
+    ):
+        return (
+            "masked_fill needs a boolean mask (dtype torch.bool), and yours is not one: build it "
+            "with torch.ones(T, T, dtype=torch.bool).triu(1), or turn a 0/1 mask into one with "
+            "mask == 0."
         )
     if not at_call:
         return None
-    name = re.search(r"unexpected keyword argument '(\w+)'", str(error))
+    name = re.search(r"unexpected keyword argument '(\w+)'", message)
     if name:
         return (
             f"The check passes {name.group(1)}=... by keyword, as in the signature the exercise "
             f"gives: keep its parameter names (your function has no parameter {name.group(1)})."
         )
-    if re.search(r"positional argument", str(error)):
+    if re.search(r"positional argument", message):
         return "Keep the signature the exercise gives: the same parameters, in the same order."
     return None
 
@@ -247,13 +600,44 @@ def _restore_threads(threads: int) -> Iterator[None]:
         torch.set_num_threads(threads)
 
 
-def _run(checker: str, properties: Sequence[_Property]) -> CheckResult:
-    """Run ``properties`` in order, stop at the first failure, print and return the report."""
-    session = _Session()
+_RAISED_HINT = (
+    "The error comes from your function, at the line shown: call it yourself on an input like "
+    "the one above and print the shapes and dtypes of the tensors on that line."
+)
+
+
+_HEADERS = {
+    "raised": "Your function raised an exception.",
+    "nan": "Your function returned nan or inf.",
+    "changed_input": "Your function changed its input.",
+    "side_effect": "Your function had a side effect.",
+    "timeout": "Your function did not finish in time.",
+}
+
+
+def _header(kind: str, number: int, total: int, name: str) -> list[str]:
+    """The first lines of a failure report: what went wrong, and while checking what."""
+    if kind == "property":
+        return [f"Property {number} of {total} failed: {name}"]
+    return [_HEADERS[kind], _wrap("during:", f"property {number} of {total}, {name}")]
+
+
+def _run(
+    checker: str,
+    properties: Sequence[_Property],
+    *,
+    rng_hint: str = _RNG_HINT,
+    repeat: bool = True,
+) -> CheckResult:
+    """Run ``properties`` in order, stop at the first failure, print and return the report.
+
+    After every property holds, the first call is repeated (unless ``repeat`` is false): a
+    function that gives another result for the same input keeps state between calls."""
+    session = _Session(rng_hint)
     names = tuple(p.name for p in properties)
     passed: list[str] = []
     failed: _Property | None = None
-    not_implemented = False
+    kind: str | None = None
     lines: list[str] = []
     threads = torch.get_num_threads()
     # The inputs are tiny: one thread is fastest and does not wait on a busy machine's cores.
@@ -269,32 +653,55 @@ def _run(checker: str, properties: Sequence[_Property]) -> CheckResult:
         for number, prop in enumerate(properties, start=1):
             expected: str | None = None
             hint = prop.hint
+            where: str | None = None
             try:
                 prop.test(session)
+                if number == len(properties) and repeat:
+                    session.repeat_first()
             except _ReaderNotImplemented:
-                not_implemented = True
+                kind = "not_implemented"
+                break
+            except _NotCallable as err:
+                kind = "not_callable"
+                failed = prop
+                lines = [
+                    f"The check needs your function itself, and it was given an object of type "
+                    f"{err.type_name}.",
+                    _wrap(
+                        "hint:",
+                        "Pass the function itself to the check, e.g. check_x(my_function), "
+                        "without calling it (no parentheses after its name).",
+                    ),
+                ]
                 break
             except _ReaderRaised as err:
+                kind = "raised"
                 got = f"your function raised {_error_text(err.error)}"
-                hint = _raised_hint(err.error, err.at_call) or hint
+                where = _reader_line(err.error)
+                hint = _raised_hint(err.error, err.at_call) or _RAISED_HINT
             except _Mismatch as mismatch:
+                kind = mismatch.kind
                 expected, got = mismatch.expected, mismatch.got
                 hint = mismatch.hint or hint
             except Exception as err:  # what the function returned broke the check itself
+                kind = "property"
                 got = f"an output the check could not use ({_error_text(err)})"
             else:
                 passed.append(prop.name)
                 continue
             failed = prop
-            lines.append(f"Property {number} of {len(properties)} failed: {prop.name}")
+            lines += _header(kind, number, len(properties), prop.name)
             lines.append(_wrap("input:", session.input))
             if expected is not None:
                 lines.append(_wrap("expected:", expected))
             lines.append(_wrap("got:", got))
+            if where is not None:
+                lines.append(_wrap("at:", where))
             lines.append(_wrap("hint:", hint))
             if passed:
                 lines.append(_wrap("held:", "; ".join(passed)))
             break
+    not_implemented = kind == "not_implemented"
     if not_implemented:
         report = NOT_IMPLEMENTED_MESSAGE
     elif failed is None:
@@ -317,6 +724,7 @@ def _run(checker: str, properties: Sequence[_Property]) -> CheckResult:
         not_implemented=not_implemented,
         n_calls=session.n_calls,
         report=report,
+        kind=kind,
     )
 
 
@@ -328,6 +736,28 @@ def _run(checker: str, properties: Sequence[_Property]) -> CheckResult:
 def _randn(*shape: int, seed: int, scale: float = 1.0) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     return torch.randn(*shape, generator=g) * scale
+
+
+# Inputs in another dtype or layout than a plain float32 tensor: a function must keep the
+# input's dtype (the next layer of a model expects it; float64 must keep float64 precision) and
+# must not assume a contiguous layout (queries and keys inside a model are views).
+VARIANTS = {
+    "float64": ", float64",
+    "bfloat16": ", bfloat16",
+    "strided": ", non-contiguous (a transposed view, as inside a model)",
+}
+
+
+def _variant(x: torch.Tensor, kind: str) -> torch.Tensor:
+    """``x`` as float64, bfloat16, or with the same values in a non-contiguous layout (its last
+    two dimensions stored transposed); ``kind`` ``""`` leaves it as it is."""
+    if kind == "float64":
+        return x.double()
+    if kind == "bfloat16":
+        return x.bfloat16()
+    if kind == "strided":
+        return x.transpose(-2, -1).contiguous().transpose(-2, -1)
+    return x
 
 
 def _num(x: float, digits: int = 4) -> str:
@@ -371,10 +801,12 @@ def _tensor_out(
     *,
     finite: bool = True,
     mistakes: Sequence[tuple[str, Callable[[], torch.Tensor]]] = (),
+    dtype: torch.dtype | None = None,
 ) -> torch.Tensor:
-    """Check that the reader returned one floating-point tensor of ``shape`` (and, with
-    ``finite``, no nan or inf: reported as such, before any comparison, with the hint of the
-    mistake in ``mistakes`` that gives the same output, if one does)."""
+    """Check that the reader returned one floating-point tensor of ``shape`` (of ``dtype``, the
+    input's, when given) and, with ``finite``, no nan or inf: reported as such, before any
+    comparison, with the hint of the mistake in ``mistakes`` that gives the same output, if one
+    does."""
     want = f"{what}: a tensor of shape {_shape(shape)}"
     if isinstance(out, tuple | list):
         raise _Mismatch(
@@ -388,22 +820,54 @@ def _tensor_out(
         raise _Mismatch(want, f"shape {_shape(out.shape)}")
     if not out.is_floating_point():
         raise _Mismatch(want + " of floats", f"dtype {out.dtype}")
+    if dtype is not None and out.dtype != dtype:
+        raise _Mismatch(
+            want + f" of dtype {_dtype(dtype)}, the input's",
+            f"dtype {_dtype(out.dtype)}",
+            _dtype_hint(out.dtype, dtype),
+        )
     bad = ~torch.isfinite(out.detach())
     if finite and bad.any():
         first = int(bad.flatten().nonzero()[0, 0])
         index = tuple(int(i) for i in torch.unravel_index(torch.tensor(first), out.shape))
         value = _num(out.detach()[index].item()) if index else _num(out.item())
-        raise _Mismatch(
+        raise _ReturnedNaN(
             want + " of finite numbers",
             f"{value} at index {_index(index)} ({int(bad.sum())} of {out.numel()} entries are nan "
             "or inf)",
-            _mistake_hint(out, mistakes, None)
-            or "Your function returned nan or inf on this input. A softmax over a row whose "
-            "scores are all -inf gives nan, and exp of a score above about 88 overflows float32 "
-            "unless the row's maximum is subtracted first: print the intermediate results to "
-            "find where it first appears.",
+            _mistake_hint(out, mistakes, None) or NAN_HINT,
         )
     return out
+
+
+NAN_HINT = (
+    "Your function returned nan or inf on this input, where the answer is finite. Print the "
+    "intermediate results on this input to find the first step that gives one: exp of a large "
+    "number overflows to inf, log(0) is -inf, and 0 / 0, inf - inf and 0 * inf are nan."
+)
+
+
+def _dtype(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _dtype_hint(got: torch.dtype, want: torch.dtype) -> str:
+    """What gives a result of dtype ``got`` for an input of dtype ``want``."""
+    if got == torch.float64:
+        return (
+            f"Your function returns float64 for a {_dtype(want)} input: a float64 tensor took "
+            "part in the computation (torch.arange or torch.tensor with dtype=torch.float64, "
+            ".double(), a NumPy array), and PyTorch promotes the result to it. Keep the input's "
+            "dtype: create constants with dtype=x.dtype, or cast back with .to(x.dtype)."
+        )
+    if got == torch.float32:
+        return (
+            f"Your function returns float32 for a {_dtype(want)} input, and the next layer of a "
+            "model expects the dtype it gave. Look for what makes float32: .float(), "
+            "dtype=torch.float32, torch.tensor or torch.ones made without dtype=x.dtype; "
+            "compute in x.dtype, or cast back with .to(x.dtype)."
+        )
+    return f"Return the input's dtype, {_dtype(want)}: cast with .to(x.dtype)."
 
 
 def _differ(
@@ -437,12 +901,28 @@ def _expect_close(
     rtol: float = 1e-4,
     hint: str | None = None,
     mistakes: Sequence[tuple[str, Callable[[], torch.Tensor]]] = (),
+    dtype: torch.dtype | None = None,
 ) -> None:
     """Raise a mismatch if ``got`` differs from ``expected``; its hint is that of the mistake in
-    ``mistakes`` whose output ``got`` equals, else ``hint`` (else the property's own)."""
+    ``mistakes`` whose output ``got`` equals, else ``hint`` (else the property's own). For an
+    input of ``dtype`` float64 the tolerance is 1e-9 (float64 holds 16 digits), for bfloat16
+    and float16 3e-2 (they hold 3)."""
+    if dtype == torch.float64:
+        atol, rtol = min(atol, 1e-9), min(rtol, 1e-9)
+    elif dtype in (torch.bfloat16, torch.float16):
+        atol, rtol = max(atol, 3e-2), max(rtol, 3e-2)
     problem = _differ(got, expected, atol=atol, rtol=rtol)
-    if problem is not None:
-        raise _Mismatch(what, problem, _mistake_hint(got, mistakes, hint, atol=atol, rtol=rtol))
+    if problem is None:
+        return
+    if dtype == torch.float64 and _differ(got, expected, atol=1e-5, rtol=1e-4) is None:
+        hint = (
+            "Your output for this float64 input is right only to about float32 precision "
+            "(7 digits): some step runs in float32 (.float(), a constant tensor made without "
+            "dtype=x.dtype, angles or frequencies computed in float32). Compute in the input's "
+            "dtype, so that float64 gives float64 precision."
+        )
+        raise _Mismatch(f"{what} (to float64 precision, 1e-9)", problem, hint)
+    raise _Mismatch(what, problem, _mistake_hint(got, mistakes, hint, atol=atol, rtol=rtol))
 
 
 def _causal_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kw: Any) -> torch.Tensor:
@@ -500,8 +980,26 @@ def _expect_gradients(
         )
     w = torch.randn(out.shape, generator=torch.Generator().manual_seed(99), dtype=torch.float64)
     tensors = [t for _, t in inputs]
-    got = torch.autograd.grad((out.double() * w).sum(), tensors, allow_unused=True)
-    want = torch.autograd.grad((reference.double() * w).sum(), tensors, allow_unused=True)
+    want = torch.autograd.grad(
+        (reference.double() * w).sum(), tensors, allow_unused=True, retain_graph=True
+    )
+    try:
+        got = torch.autograd.grad((out.double() * w).sum(), tensors, allow_unused=True)
+    except RuntimeError as err:
+        message = _message(err)
+        if "modified by an inplace operation" in message:
+            hint = (
+                "An in-place operation in your function (x += ..., masked_fill_, exp_, an "
+                "assignment into a slice) overwrote a value that backward() needs: use the "
+                "out-of-place form (x = x + ..., masked_fill)."
+            )
+        else:
+            hint = _GRAD_HINT
+        raise _Mismatch(
+            "an output that backward() can go through (training calls it)",
+            f"backward() through your output raised {_error_text(err)}",
+            hint,
+        ) from err
     for (name, _), g, e in zip(inputs, got, want, strict=True):
         if e is None:
             continue

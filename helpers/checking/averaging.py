@@ -10,6 +10,7 @@ from collections.abc import Callable
 import torch
 
 from helpers.checking._core import (
+    VARIANTS,
     CheckResult,
     _differ,
     _expect_close,
@@ -22,12 +23,14 @@ from helpers.checking._core import (
     _Session,
     _shape,
     _tensor_out,
+    _variant,
 )
 
 
 def _running_mean(x: torch.Tensor) -> torch.Tensor:
+    """The running mean in float64."""
     counts = torch.arange(1, x.shape[1] + 1, dtype=torch.float64)[None, :, None]
-    return (x.double().cumsum(dim=1) / counts).to(x.dtype)
+    return x.double().cumsum(dim=1) / counts
 
 
 def check_running_average(fn: Callable[[torch.Tensor], torch.Tensor]) -> CheckResult:
@@ -42,9 +45,16 @@ def check_running_average(fn: Callable[[torch.Tensor], torch.Tensor]) -> CheckRe
     """
     # Every property draws its own inputs: no (shape, seed) pair is used by two properties, and
     # the last property reuses the first one's shapes with other data (an output remembered by
-    # shape fails). T = 300 is longer than any sequence in the chapter.
+    # shape fails), in float64, bfloat16 and a non-contiguous layout. T = 300 is longer than any
+    # sequence in the chapter (and than a table of weights built in advance for it).
     cases = [((2, 5, 3), 1), ((1, 1, 4), 2), ((3, 8, 1), 3), ((4, 16, 8), 4)]
-    final = [((2, 5, 3), 21), ((1, 1, 4), 22), ((3, 8, 1), 23), ((4, 16, 8), 24), ((2, 300, 3), 25)]
+    final = [
+        ((2, 5, 3), 21, "float64"),
+        ((1, 1, 4), 22, ""),
+        ((3, 8, 1), 23, "bfloat16"),
+        ((4, 16, 8), 24, "strided"),
+        ((2, 300, 3), 25, ""),
+    ]
 
     def mistakes(x: torch.Tensor) -> list[tuple[str, Callable[[], torch.Tensor]]]:
         T = x.shape[1]
@@ -127,17 +137,20 @@ def check_running_average(fn: Callable[[torch.Tensor], torch.Tensor]) -> CheckRe
             _expect_close(out, x, "every row equal to that token", mistakes=mistakes(x))
 
     def mean(s: _Session) -> None:
-        for number, (size, seed) in enumerate(final):
-            x = _randn(*size, seed=seed, scale=3.0)
+        for number, (size, seed, kind) in enumerate(final):
+            x = _variant(_randn(*size, seed=seed, scale=3.0), kind)
             with torch.enable_grad():
                 x.requires_grad_(number == len(final) - 1)  # the last call with gradients on
-                out = s.call(fn, x, input=f"x of shape {_shape(size)}, seed {seed}")
-                out = _tensor_out(out, size)
+                out = s.call(
+                    fn, x, input=f"x of shape {_shape(size)}, seed {seed}{VARIANTS.get(kind, '')}"
+                )
+                out = _tensor_out(out, size, dtype=x.dtype)
                 _expect_close(
                     out,
                     _running_mean(x.detach()),
                     "the running mean",
                     mistakes=mistakes(x.detach()),
+                    dtype=x.dtype,
                 )
                 if x.requires_grad:
                     _expect_gradients(out, _running_mean(x), [("x", x)])

@@ -40,8 +40,9 @@ def check_get_batch(fn: Callable[..., tuple[torch.Tensor, torch.Tensor]]) -> Che
 
     Properties: shapes and dtype; every window, targets included, lies inside the data; ``y`` is
     the window shifted by one in the data; the same generator seed gives the same batch (whatever
-    the global random state); window starts cover every valid position, first and last included.
-    The check's data are distinct token ids, so each window's start can be located in the data.
+    the global random state, which the function must leave alone); window starts cover every
+    valid position, first and last included. The check's data are distinct token ids (int64, and
+    int32 once), so each window's start can be located in the data.
     """
 
     def data_of(n: int, seed: int) -> torch.Tensor:
@@ -88,7 +89,16 @@ def check_get_batch(fn: Callable[..., tuple[torch.Tensor, torch.Tensor]]) -> Che
 
     def shape(s: _Session) -> None:
         for n, block, batch, seed in ((1000, 8, 4, 1), (1000, 1, 1, 2), (500, 40, 3, 3)):
-            call(s, data_of(n, seed), block, batch, seed)
+            data = data_of(n, seed)
+            if seed == 3:  # token ids stored compactly, as a real data set often is
+                data = data.to(torch.int32)
+                what = (
+                    f"data of {n} tokens of dtype int32, block_size = {block}, batch_size = "
+                    f"{batch}, generator seeded with {seed}"
+                )
+                call(s, data, block, batch, seed, what)
+            else:
+                call(s, data, block, batch, seed)
 
     def inside(s: _Session) -> None:
         block = 6
@@ -201,6 +211,11 @@ def check_get_batch(fn: Callable[..., tuple[torch.Tensor, torch.Tensor]]) -> Che
         "Draw the starts with torch.randint(len(data) - block_size, (batch_size,), "
         "generator=generator): s + block_size must still be a position in the data."
     )
+    rng_hint = (
+        "Draw the starts from the generator passed in (generator=generator), not from the "
+        "global random state, and leave that state alone: no torch.manual_seed(...) in the "
+        "function, no draw without generator=."
+    )
     return _run(
         "check_get_batch",
         [
@@ -236,6 +251,7 @@ def check_get_batch(fn: Callable[..., tuple[torch.Tensor, torch.Tensor]]) -> Che
                 spread,
             ),
         ],
+        rng_hint=rng_hint,
     )
 
 
@@ -250,7 +266,8 @@ def check_bigram_loss(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) 
     Properties: the loss is a scalar; equal logits give ``ln(vocab_size)`` whatever the
     targets; the loss equals the mean of ``-log softmax(logits[b, t])[targets[b, t]]`` over
     every position, on shapes where ``T`` equals ``vocab_size`` (where the unreshaped call runs
-    without an error), with logits of +-1000, and with gradients reaching the logits.
+    without an error), with logits of +-1000, with float64 logits (a float64 loss, to float64
+    precision), and with gradients reaching the logits.
     """
 
     def inputs(B: int, T: int, V: int, seed: int, scale: float = 2.0) -> tuple[torch.Tensor, ...]:
@@ -328,7 +345,7 @@ def check_bigram_loss(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) 
                 f"a tensor of shape {_shape(out.shape)}, one loss per position",
                 "Average over the positions: reduction='none' gives one loss per position.",
             )
-        return _tensor_out(out, (), "the loss")
+        return _tensor_out(out, (), "the loss", dtype=logits.dtype)
 
     def shape(s: _Session) -> None:
         for B, T, V, seed in ((4, 8, 65, 1), (1, 1, 5, 2), (3, 5, 7, 3)):
@@ -353,6 +370,9 @@ def check_bigram_loss(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) 
         for number, (B, T, V, seed, scale) in enumerate(cases):
             logits, targets = inputs(B, T, V, seed, scale)
             extra = {2.0: "", 1000.0: ", logits rounded to integers up to +-1000"}[scale]
+            if seed == 9:
+                logits = logits.double()
+                extra += ", float64"
             if T == V:
                 extra += f" (T = vocab_size = {V})"
             with torch.enable_grad():
@@ -365,6 +385,7 @@ def check_bigram_loss(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) 
                     "the mean of -log softmax(logits[b, t])[targets[b, t]] over all B * T "
                     "positions",
                     mistakes=mistakes(logits.detach(), targets),
+                    dtype=logits.dtype,
                 )
                 if logits.requires_grad:
                     _expect_gradients(out, expected, [("the logits", logits)])

@@ -10,7 +10,14 @@ from collections.abc import Callable
 from typing import Any
 
 from helpers.bpe import BPETokenizer, merge, pre_tokenize
-from helpers.checking._core import CheckResult, _Mismatch, _Property, _run, _Session
+from helpers.checking._core import (
+    CheckResult,
+    _ChangedInput,
+    _Mismatch,
+    _Property,
+    _run,
+    _Session,
+)
 
 Pair = tuple[int, int]
 Merges = dict[Pair, int]
@@ -143,7 +150,10 @@ def check_bpe_encode(fn: Callable[[list[int], dict[tuple[int, int], int]], Any])
     merges learned from random text.
     """
 
+    tok_vocab: set[int] = set()  # the new ids of every merge the check has passed
+
     def call(s: _Session, ids: list[int], merges: Merges, what: str) -> list[int]:
+        tok_vocab.update(merges.values())
         ids_copy, merges_copy = list(ids), dict(merges)
         out = s.call(fn, ids_copy, merges_copy, input=what)
         if isinstance(out, tuple):
@@ -157,11 +167,19 @@ def check_bpe_encode(fn: Callable[[list[int], dict[tuple[int, int], int]], Any])
                 f"a {kind}" if not isinstance(out, list) else "a list holding non-int items",
                 "Return a list of ints (if you used a tensor, call .tolist()).",
             )
-        if ids_copy != ids or list(merges_copy.items()) != list(merges.items()):
-            raise _Mismatch(
+        if ids_copy != ids:
+            raise _ChangedInput(
                 "ids and merges left unchanged",
-                "your function changed its input",
+                "your function changed the list ids it was given",
                 "Build a new list (for example out = list(ids)) instead of editing ids in place.",
+            )
+        if list(merges_copy.items()) != list(merges.items()):
+            raise _ChangedInput(
+                "ids and merges left unchanged",
+                "your function changed the merges dict it was given (added, removed or "
+                "reordered entries)",
+                "Leave merges as it is: the caller encodes every chunk with it. To mark a merge "
+                "as used, keep a set of your own; to order them, build a new dict or list.",
             )
         return out
 
@@ -169,7 +187,20 @@ def check_bpe_encode(fn: Callable[[list[int], dict[tuple[int, int], int]], Any])
         got = call(s, ids, merges, what)
         want = _reference(list(ids), merges)
         if got != want:
-            raise _Mismatch(str(want), str(got), _diagnose(got, ids, merges))
+            raise _Mismatch(str(want), str(got), _diagnose(got, ids, merges) or _foreign(got))
+
+    def _foreign(got: list[int]) -> str | None:
+        """A hint when the output holds ids that no merge makes: numbers glued together."""
+        known = set(range(256)) | set(tok_vocab)
+        strangers = [i for i in got if i not in known]
+        if not strangers:
+            return None
+        return (
+            f"Your output holds {strangers[0]}, an id that no merge makes: the ids were taken "
+            "apart and glued together as text (joined digits, str.replace on the joined ids). "
+            "That works only while no id's digits end or start another's ('169 97' contains "
+            "'69 97') and every id has as many digits: work on the list of ints."
+        )
 
     def shape(s: _Session) -> None:
         expect(s, [104, 105], {}, "ids [104, 105] ('hi'), no merges")
@@ -202,9 +233,10 @@ def check_bpe_encode(fn: Callable[[list[int], dict[tuple[int, int], int]], Any])
         )
         expect(
             s,
-            [97, 98, 99],
-            {(98, 99): 256, (97, 98): 257},
-            "ids [97, 98, 99] ('abc'), merges {(98, 99): 256, (97, 98): 257}",
+            [195, 169, 97, 98, 99],
+            {(98, 99): 1256, (97, 98): 1257, (69, 97): 1258},
+            "ids [195, 169, 97, 98, 99] ('éabc'), merges {(98, 99): 1256, (97, 98): 1257, "
+            "(69, 97): 1258} (new ids past 999)",
         )
 
     def learned(s: _Session) -> None:

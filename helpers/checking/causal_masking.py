@@ -27,6 +27,7 @@ from helpers.checking._core import (
     _Session,
     _shape,
     _tensor_out,
+    _variant,
 )
 
 
@@ -39,20 +40,22 @@ def check_causal_softmax(fn: Callable[[torch.Tensor], torch.Tensor]) -> CheckRes
     of the keys it may see.
 
     Properties: the weights have the scores' shape (with and without batch dimensions, and for
-    ``T = 1``); future keys get weight exactly 0; every row is a probability distribution;
-    every row equals the softmax over its visible keys.
+    ``T = 1``); future keys get weight exactly 0 (also when every visible score is below -1e9,
+    where a finite fill value such as -1e9 would outweigh them); every row is a probability
+    distribution; every row equals the softmax over its visible keys, also for float64 scores (to
+    float64 precision), bfloat16 ones and non-contiguous ones, in the scores' own dtype.
     """
     # Each property has its own inputs (no (shape, seed) pair shared), beyond the chapter's sizes
     # (T up to 70), with exact zeros among the visible scores, ties, and scores of +-1000.
     cases = {
         "shape": [((5, 5), 1, ""), ((2, 6, 6), 2, ""), ((2, 3, 4, 4), 3, ""), ((1, 1), 4, "")]
         + [((3, 1, 1), 5, "")],
-        "future": [((5, 5), 6, "zeros"), ((2, 6, 6), 7, ""), ((2, 3, 40, 40), 8, "")]
+        "future": [((5, 5), 6, "zeros"), ((2, 6, 6), 7, "below -1e9"), ((2, 3, 40, 40), 8, "")]
         + [((1, 1), 9, ""), ((2, 70, 70), 10, "large")],
         "rows": [((9, 9), 11, "all zero"), ((2, 6, 6), 12, "large"), ((3, 12, 12), 13, "ties")]
         + [((1, 1), 14, "large"), ((2, 2, 33, 33), 15, "zeros")],
-        "softmax": [((5, 5), 16, ""), ((2, 6, 6), 17, "large"), ((2, 3, 4, 4), 18, "zeros")]
-        + [((3, 1, 1), 19, ""), ((2, 70, 70), 20, "")],
+        "softmax": [((5, 5), 16, ""), ((2, 6, 6), 17, "large"), ((2, 3, 4, 4), 18, "strided")]
+        + [((3, 1, 1), 19, "bfloat16"), ((2, 70, 70), 20, "float64")],
     }
     kinds = {
         "": "",
@@ -60,6 +63,10 @@ def check_causal_softmax(fn: Callable[[torch.Tensor], torch.Tensor]) -> CheckRes
         "all zero": ", every score exactly 0",
         "large": ", scores rounded to integers up to +-1000",
         "ties": ", scores rounded to integers in -2..2 (ties)",
+        "below -1e9": ", float64, every score -1e10 plus a number of size 3 (all below -1e9)",
+        "float64": ", float64",
+        "bfloat16": ", bfloat16",
+        "strided": ", non-contiguous (a transposed view)",
     }
 
     def scores_of(size: tuple[int, ...], seed: int, kind: str) -> torch.Tensor:
@@ -72,13 +79,16 @@ def check_causal_softmax(fn: Callable[[torch.Tensor], torch.Tensor]) -> CheckRes
             scores = (scores * 300).round().clamp(-1000, 1000)
         elif kind == "ties":
             scores = (scores / 2).round().clamp(-2, 2)
-        return scores
+        elif kind == "below -1e9":
+            scores = scores.double() - 1e10
+        return _variant(scores, kind)
 
     def weights(s: _Session, size: tuple[int, ...], seed: int, kind: str) -> tuple[Any, ...]:
         scores = scores_of(size, seed, kind)
         what = f"scores of shape {_shape(size)}, seed {seed}{kinds[kind]}"
         out = s.call(fn, scores, input=what)
-        return scores, _tensor_out(out, size, "the weights", mistakes=mistakes(scores))
+        w = _tensor_out(out, size, "the weights", mistakes=mistakes(scores), dtype=scores.dtype)
+        return scores, w
 
     def allowed(T: int) -> torch.Tensor:
         return torch.ones(T, T, dtype=torch.bool).tril()
@@ -116,6 +126,12 @@ def check_causal_softmax(fn: Callable[[torch.Tensor], torch.Tensor]) -> CheckRes
             (
                 "Your weights match log_softmax: the weights are softmax(...), not its log.",
                 lambda: masked.log_softmax(dim=-1),
+            ),
+            (
+                "Your weights match masking the future with a finite number such as -1e9: when "
+                "every visible score is below it, the future keys outweigh them. Fill with "
+                "float('-inf'), which is below every score.",
+                lambda: sd.masked_fill(~visible, -1e9).softmax(dim=-1) if sd.max() < -1e9 else None,
             ),
         ]
 
@@ -160,7 +176,9 @@ def check_causal_softmax(fn: Callable[[torch.Tensor], torch.Tensor]) -> CheckRes
             with torch.enable_grad():
                 scores.requires_grad_(number == 0)  # the first call with gradients on
                 what = f"scores of shape {_shape(size)}, seed {seed}{kinds[kind]}"
-                w = _tensor_out(s.call(fn, scores, input=what), size, "the weights")
+                w = _tensor_out(
+                    s.call(fn, scores, input=what), size, "the weights", dtype=scores.dtype
+                )
                 T = size[-1]
                 expected = scores.double().masked_fill(~allowed(T), -math.inf).softmax(dim=-1)
                 _expect_close(
@@ -169,6 +187,7 @@ def check_causal_softmax(fn: Callable[[torch.Tensor], torch.Tensor]) -> CheckRes
                     "the softmax over keys 0..i in row i",
                     atol=1e-6,
                     mistakes=mistakes(scores.detach()),
+                    dtype=scores.dtype,
                 )
                 if scores.requires_grad:
                     _expect_gradients(w, expected, [("the scores", scores)])

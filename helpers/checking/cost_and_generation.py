@@ -22,10 +22,12 @@ from helpers.checking._core import (
     _mistake_hint,
     _Property,
     _randn,
+    _ReaderRaised,
     _run,
     _Session,
     _shape,
     _tensor_out,
+    _variant,
 )
 from helpers.masking import causal_mask
 
@@ -46,7 +48,9 @@ def check_cached_attention(
     (``T_past = 0``) it is ordinary causal attention, for ``T_new = 1`` and ``T_new > 1``; with
     ``T_past > 0`` it equals the last ``T_new`` rows of full causal attention, for ``T_new = 1``
     and ``T_new > 1``; generating token by token with a growing cache gives the same outputs as
-    attention over the whole sequence at once.
+    attention over the whole sequence at once. Some inputs are float64 (to float64 precision),
+    bfloat16, or views of a cache allocated in advance (not contiguous), and in one every score
+    is -1e10.
     """
     # (B, n_head, T_past, T_new, head_size)
     # Each property has its own seeds; T_past + T_new reaches 2105, beyond the chapter's 2048;
@@ -54,15 +58,34 @@ def check_cached_attention(
     # gives scores of a few hundred, where exp overflows float32.
     fresh = [(2, 2, 0, 1, 8), (2, 2, 0, 5, 8), (1, 1, 0, 3, 4)]
     cached = [(1, 3, 5, 1, 8), (2, 2, 6, 3, 8), (1, 1, 2100, 5, 4), (2, 2, 1, 2, 8)]
-    special = {(1, 1, 0, 3, 4): "zero q", (2, 2, 6, 3, 8): "large"}
+    # "below -1e9": every score -1e10 (a finite fill value such as -1e9 would outweigh the
+    # visible keys); "buffer": k and v are the first T rows of a cache allocated in advance for
+    # more, so they are not contiguous; float64 (to float64 precision) and bfloat16 inputs.
+    special = {
+        (1, 1, 0, 3, 4): "zero q",
+        (2, 2, 6, 3, 8): "large",
+        (2, 2, 1, 2, 8): "below -1e9",
+        (1, 3, 5, 1, 8): "buffer",
+        (2, 2, 0, 1, 8): "float64",
+        (2, 2, 0, 5, 8): "bfloat16",
+    }
 
     def full(
         B: int, nh: int, T: int, hs: int, seed: int, kind: str = ""
     ) -> tuple[torch.Tensor, ...]:
         x = _randn(3, B, nh, T, hs, seed=seed)
         scale = 8.0 if kind == "large" else 2.0
-        q = x[0] * (0.0 if kind == "zero q" else scale)
-        return q, x[1] * scale, x[2]
+        q, k, v = x[0] * (0.0 if kind == "zero q" else scale), x[1] * scale, x[2]
+        if kind == "below -1e9":  # the same query everywhere, every key its opposite
+            u = q[..., :1, :] / q[..., :1, :].norm(dim=-1, keepdim=True)
+            q = (u * 1e5 * hs**0.25).expand(q.shape).contiguous()
+            k = -q
+        elif kind == "buffer":  # the first T rows of buffers allocated for T + 7
+            k = torch.cat([k, torch.zeros(B, nh, 7, hs)], dim=-2)[..., :T, :]
+            v = torch.cat([v, torch.zeros(B, nh, 7, hs)], dim=-2)[..., :T, :]
+        elif kind in ("float64", "bfloat16"):
+            q, k, v = (_variant(t, kind) for t in (q, k, v))
+        return q, k, v
 
     def mistakes(
         q_new: torch.Tensor, k: torch.Tensor, v: torch.Tensor
@@ -71,6 +94,16 @@ def check_cached_attention(
         q, k, v = q_new.double(), k.double(), v.double()
         scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
         return [
+            (
+                "Your output matches masking the hidden scores with a finite number such as "
+                "-1e9: when every visible score is below it, the hidden keys outweigh them. Fill "
+                "with float('-inf'), which is below every score.",
+                lambda: (
+                    scores.masked_fill(~causal_mask(T_new, T_past=T - T_new), -1e9).softmax(-1) @ v
+                    if scores.max() < -1e9
+                    else None
+                ),
+            ),
             (
                 "Your output matches a mask aligned as if T_past were 0 (is_causal=True, or "
                 "tril of a (T_new, T) matrix from the top left): new token i is at position "
@@ -114,6 +147,12 @@ def check_cached_attention(
             "": "",
             "zero q": ", q_new all zeros (every score 0)",
             "large": ", q and k scaled by 8 (scores of a few hundred)",
+            "below -1e9": ", every query the same vector of length 1e5 and every key its "
+            "opposite (every score -1e10)",
+            "buffer": ", k and v the first rows of buffers allocated for 7 more tokens (not "
+            "contiguous)",
+            "float64": ", float64",
+            "bfloat16": ", bfloat16",
         }[kind]
         what = (
             f"q_new of shape {_shape((B, nh, T_new, hs))} (T_new = {T_new}), k and v of shape "
@@ -121,7 +160,8 @@ def check_cached_attention(
         )
         out = s.call(fn, q[..., T_past:, :], k, v, input=what)
         expected = _causal_sdpa(q, k, v, is_causal=True)[..., T_past:, :]
-        return _tensor_out(out, (B, nh, T_new, hs)), expected, (q[..., T_past:, :], k, v)
+        out = _tensor_out(out, (B, nh, T_new, hs), dtype=q.dtype)
+        return out, expected, (q[..., T_past:, :], k, v)
 
     def shape(s: _Session) -> None:
         for seed, case in enumerate([*fresh, *cached], start=1):
@@ -135,6 +175,7 @@ def check_cached_attention(
                 expected,
                 "causal attention over the new tokens",
                 mistakes=mistakes(*inputs),
+                dtype=out.dtype,
             )
 
     def with_cache(s: _Session) -> None:
@@ -145,6 +186,7 @@ def check_cached_attention(
                 expected,
                 "the last T_new rows of causal attention over all T_past + T_new",
                 mistakes=mistakes(*inputs),
+                dtype=out.dtype,
             )
 
     def generation(s: _Session) -> None:
@@ -230,15 +272,17 @@ def check_cached_positions(fn: Callable[[Any, torch.Tensor, int], torch.Tensor])
     Properties: the output has shape ``(B, T_new, n_embd)``; with nothing cached it is the
     prompt's embedding, positions ``0 .. T_new - 1``; with ``T_past`` tokens cached, new token
     ``i`` gets position ``T_past + i``, up to the last position ``block_size - 1`` (one call with
-    gradients on, which must reach both embedding tables); generating token by token with a
-    cache, with these embeddings, gives the logits of the model run on the whole sequence.
+    gradients on, which must reach both embedding tables), and a position past it raises an
+    error, as the model does (not a slice with fewer rows, not a wrap-around); generating token
+    by token with a cache, with these embeddings, gives the logits of the model run on the whole
+    sequence. The model is given in training mode (with dropout 0) and must be left in it.
     """
     from helpers.model import GPT, GPTConfig
 
     def make_model(seed: int) -> GPT:
         torch.manual_seed(seed)
         config = GPTConfig(vocab_size=11, block_size=600, n_layer=2, n_head=2, n_embd=16)
-        return GPT(config).eval()
+        return GPT(config).train()  # dropout 0: the same output in either mode
 
     def ids(B: int, T: int, seed: int) -> torch.Tensor:
         return torch.randint(11, (B, T), generator=torch.Generator().manual_seed(seed))
@@ -298,9 +342,63 @@ def check_cached_positions(fn: Callable[[Any, torch.Tensor, int], torch.Tensor])
                 mistakes=mistakes(model, idx, 0),
             )
 
+    def past_the_end(s: _Session, B: int, T_new: int, T_past: int, seed: int) -> None:
+        """Positions past block_size - 1 do not exist: the model raises, and so must the
+        function (an error, not a silently wrong embedding)."""
+        model, idx = make_model(seed), ids(B, T_new, seed)
+        last = T_past + T_new - 1
+        try:
+            out = s.call(fn, model, idx, T_past, input=describe(B, T_new, T_past, seed))
+        except _ReaderRaised:
+            return  # any exception: the model's own is a ValueError
+        expected = (
+            f"an error: position {last} is past the model's last position, 599 (block_size 600), "
+            "where model.pos_emb and the model itself raise"
+        )
+        if isinstance(out, torch.Tensor) and out.dim() == 3 and out.shape[1] < T_new:
+            raise _Mismatch(
+                expected,
+                f"a tensor of shape {_shape(out.shape)}: {out.shape[1]} rows for {T_new} new "
+                "tokens",
+                "Your function slices pos_emb.weight past its end, which returns fewer rows "
+                "without an error: positions past block_size - 1 do not exist. Use "
+                "model.pos_emb(T_new, T_past), which raises, or check T_past + T_new <= "
+                "block_size yourself.",
+            )
+        wrapped = (
+            model.tok_emb(idx)
+            + model.pos_emb.weight[torch.arange(T_past, T_past + T_new) % model.config.block_size]
+        )
+        hint = None
+        if (
+            isinstance(out, torch.Tensor)
+            and out.shape == wrapped.shape
+            and torch.allclose(out.double(), wrapped.double(), atol=1e-5)
+        ):
+            hint = (
+                "Your embeddings wrap the positions past block_size - 1 around to 0 (% "
+                "block_size): the model has no such positions and raises there; so must your "
+                "function (model.pos_emb(T_new, T_past) does)."
+            )
+        got = (
+            f"a tensor of shape {_shape(out.shape)}"
+            if isinstance(out, torch.Tensor)
+            else (f"an object of type {type(out).__name__}")
+        )
+        raise _Mismatch(
+            expected,
+            f"{got}, without an error",
+            hint
+            or "Positions past block_size - 1 do not exist: raise an error there, as "
+            "model.pos_emb(T_new, T_past) does, rather than return embeddings.",
+        )
+
     def offset(s: _Session) -> None:
-        cases = ((2, 1, 5, 21), (1, 3, 9, 22), (2, 1, 599, 23), (1, 4, 520, 24))
+        cases = ((2, 1, 5, 21), (1, 3, 598, 22), (2, 1, 599, 23), (1, 4, 520, 24))
         for number, (B, T_new, T_past, seed) in enumerate(cases):
+            if T_past + T_new > 600:
+                past_the_end(s, B, T_new, T_past, seed)
+                continue
             model, idx = make_model(seed), ids(B, T_new, seed)
             with torch.enable_grad():
                 out = call(s, model, idx, T_past, describe(B, T_new, T_past, seed))

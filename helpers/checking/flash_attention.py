@@ -18,6 +18,7 @@ from helpers.checking._core import (
     _num,
     _Property,
     _randn,
+    _ReturnedNaN,
     _run,
     _Session,
     _shape,
@@ -190,7 +191,7 @@ def check_merge_partials(
         for name, g, w in zip(("m", "l", "acc"), got, want, strict=True):
             nan = g.isnan() & ~w.isnan()
             if nan.any():
-                raise _Mismatch(
+                raise _ReturnedNaN(
                     f"{name} without nan",
                     f"nan in {int(nan.sum())} of {g.numel()} entries of {name}",
                     _diagnose(got, a, b) or _NAN_HINT,

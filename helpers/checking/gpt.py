@@ -41,7 +41,8 @@ def check_block_forward(fn: Callable[[Any, torch.Tensor], torch.Tensor]) -> Chec
     projections zeroed) the input still reaches the output (residual connections); the residual
     stream itself is not normalised, so with both branches off the block returns ``x`` exactly
     (pre-LN, not post-LN); the output equals ``Block.forward`` with the same weights over several
-    seeds, with and without biases.
+    seeds, with and without biases, and for a float64 block (a float64 output, to float64
+    precision). The block is given in training mode (with dropout 0) and must be left in it.
     """
     from helpers.model import Block, GPTConfig
 
@@ -112,7 +113,7 @@ def check_block_forward(fn: Callable[[Any, torch.Tensor], torch.Tensor]) -> Chec
         cfg = GPTConfig(
             vocab_size=8, block_size=128, n_layer=1, n_head=n_head, n_embd=n_embd, bias=bias
         )
-        block = Block(cfg).eval()
+        block = Block(cfg).train()  # dropout 0: the same output in either mode
         g = torch.Generator().manual_seed(seed)
         for ln in (block.ln_1, block.ln_2):  # LayerNorm weights that are not all ones
             ln.weight.copy_(1 + 0.3 * torch.randn(ln.weight.shape, generator=g))
@@ -179,10 +180,14 @@ def check_block_forward(fn: Callable[[Any, torch.Tensor], torch.Tensor]) -> Chec
         for seed, (cfg, (B, T)) in enumerate(pairs, start=30):
             block = make_block(*cfg, seed)
             x = _randn(B, T, cfg[0], seed=seed)
+            extra = ""
+            if seed == 33:  # a float64 block and input: float64 out, to float64 precision
+                block, x, extra = block.double(), x.double(), " (float64 weights)"
             grad = seed == 30 + len(pairs) - 1  # the last call with gradients on
             with torch.enable_grad():
                 x.requires_grad_(grad)
-                out = _tensor_out(s.call(fn, block, x, input=describe(cfg, B, T, seed)), x.shape)
+                what = describe(cfg, B, T, seed, extra) + (", float64" if extra else "")
+                out = _tensor_out(s.call(fn, block, x, input=what), x.shape, dtype=x.dtype)
                 theirs = s.passed[0]  # the copy of the block the function was given
                 _expect_close(
                     out,
@@ -190,6 +195,7 @@ def check_block_forward(fn: Callable[[Any, torch.Tensor], torch.Tensor]) -> Chec
                     "block(x), the Block's own forward",
                     atol=1e-5,
                     mistakes=mistakes(block, x.detach()),
+                    dtype=x.dtype,
                 )
                 if grad:
                     named = [("x", x)] + [
@@ -240,8 +246,10 @@ def check_layer_norm(fn: Callable[..., torch.Tensor]) -> CheckResult:
     Properties: the output has ``x``'s shape; with ``weight = 1`` and ``bias = 0`` every vector
     comes out with mean 0 and (biased) variance 1; a constant vector (variance 0) comes out as
     ``bias``, finite, thanks to ``eps``; the output equals ``F.layer_norm`` for several shapes,
-    for ``eps`` of 1e-5 and 0.1, for vectors whose mean is 1000, and with gradients reaching
-    ``x``, ``weight`` and ``bias``.
+    for the default ``eps`` on vectors of variance 1e-6 (where ``eps`` dominates), for ``eps`` of
+    0.1 on vectors of variance below and above it, for vectors whose mean is 1000, for float64
+    (to float64 precision), and with gradients reaching ``x``, ``weight`` and ``bias``; the
+    output has the input's dtype (bfloat16 included).
     """
 
     def params(C: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -256,17 +264,36 @@ def check_layer_norm(fn: Callable[..., torch.Tensor]) -> CheckResult:
             out = s.call(fn, x, w, b, input=what)
         else:
             out = s.call(fn, x, w, b, eps=eps, input=f"{what}, eps = {eps}")
-        return _tensor_out(out, x.shape, mistakes=mistakes(x.detach(), w.detach(), b.detach(), eps))
+        return _tensor_out(
+            out,
+            x.shape,
+            mistakes=mistakes(x.detach(), w.detach(), b.detach(), eps),
+            dtype=x.dtype,
+        )
 
     def mistakes(x: Any, w: Any, b: Any, eps: float | None) -> list[tuple[str, Any]]:
         e = 1e-5 if eps is None else eps
         xd, wd, bd = x.double(), w.double(), b.double()
         mean = xd.mean(-1, keepdim=True)
 
-        def norm(var: torch.Tensor, m: torch.Tensor = mean) -> torch.Tensor:
-            return (xd - m) / torch.sqrt(var + e) * wd + bd
+        def norm(var: torch.Tensor, m: torch.Tensor = mean, eps: float = e) -> torch.Tensor:
+            return (xd - m) / torch.sqrt(var + eps) * wd + bd
 
-        return [
+        var = xd.var(-1, keepdim=True, unbiased=False)
+        defaults = [
+            (
+                f"Your output matches eps = {c:g} when no eps is passed: the default is "
+                "eps=1e-5 (def fn(x, weight, bias, eps=1e-5)), as in nn.LayerNorm.",
+                lambda c=c: norm(var, eps=c),
+            )
+            for c in ((1e-6, 1e-8, 1e-12, 1e-3, 1e-4) if eps is None else ())
+        ]
+        return defaults + [
+            (
+                "Your output matches eps used as a floor for the variance (max(var, eps)): it is "
+                "added to it, sqrt(var + eps).",
+                lambda: (xd - mean) / var.clamp(min=e).sqrt() * wd + bd,
+            ),
             (
                 "Your output matches the unbiased variance (divided by C - 1, torch.var's "
                 "default): LayerNorm divides by C, var(dim=-1, unbiased=False).",
@@ -317,7 +344,11 @@ def check_layer_norm(fn: Callable[..., torch.Tensor]) -> CheckResult:
         for size, seed in (((2, 5, 8), 1), ((1, 1, 4), 2), ((3, 16), 3)):
             x = _randn(*size, seed=seed, scale=2.0)
             w, b = params(size[-1], seed)
-            call(s, x, w, b, describe(size, seed))
+            if seed == 3:  # bfloat16, as in mixed-precision training: a bfloat16 output
+                x, w, b = x.bfloat16(), w.bfloat16(), b.bfloat16()
+                call(s, x, w, b, describe(size, seed, ", x, weight and bias in bfloat16"))
+            else:
+                call(s, x, w, b, describe(size, seed))
 
     def standardised(s: _Session) -> None:
         for size, seed in (((2, 5, 8), 11), ((4, 3), 12), ((2, 3, 64), 13)):
@@ -356,16 +387,29 @@ def check_layer_norm(fn: Callable[..., torch.Tensor]) -> CheckResult:
             )
 
     def matches(s: _Session) -> None:
+        # (size, seed, eps, offset, scale of the vectors, dtype): vectors of variance about
+        # 1e-6, where the default eps (1e-5) dominates; eps = 0.1 with vectors of variance from
+        # 0.0025 to 4 (some below eps, some above); means of 1000; float64 with gradients.
         cases = [
-            ((2, 5, 8), 31, None, 0.0),
-            ((3, 40, 128), 32, 0.1, 0.0),
-            ((2, 4, 32), 33, None, 1000.0),
-            ((2, 5, 8), 34, 1e-5, 0.0),
+            ((2, 5, 8), 31, None, 0.0, "tiny", torch.float32),
+            ((3, 40, 128), 32, 0.1, 0.0, "mixed", torch.float32),
+            ((2, 4, 32), 33, None, 1000.0, "", torch.float32),
+            ((2, 5, 8), 34, 1e-5, 0.0, "", torch.float64),
         ]
-        for number, (size, seed, eps, offset) in enumerate(cases):
+        for number, (size, seed, eps, offset, spread, dtype) in enumerate(cases):
             x = _randn(*size, seed=seed, scale=0.5 if offset else 2.0) + offset
-            w, b = params(size[-1], seed)
-            extra = f", every vector's mean near {offset:g}" if offset else ""
+            if spread == "tiny":
+                x = x * 5e-4
+                extra = ", every vector's variance about 1e-6 (below the default eps)"
+            elif spread == "mixed":
+                x = x * torch.logspace(-1.3, 0, size[-2])[:, None] / 2
+                extra = ", vectors of variance 0.0025 to 1 (below and above eps)"
+            else:
+                extra = f", every vector's mean near {offset:g}" if offset else ""
+            x = x.to(dtype)
+            if dtype == torch.float64:
+                extra += ", float64"
+            w, b = (t.to(dtype) for t in params(size[-1], seed))
             with torch.enable_grad():
                 grad = number == len(cases) - 1  # the last call with gradients on
                 for t in (x, w, b):
@@ -380,6 +424,7 @@ def check_layer_norm(fn: Callable[..., torch.Tensor]) -> CheckResult:
                     # float32 holds 1000 + x to about 6e-5: a right answer is that far off there.
                     atol=1e-3 if offset else 1e-4,
                     mistakes=mistakes(x.detach(), w.detach(), b.detach(), eps),
+                    dtype=dtype,
                 )
                 if grad:
                     _expect_gradients(out, expected, [("x", x), ("weight", w), ("bias", b)])

@@ -24,6 +24,7 @@ from helpers.checking._core import (
     _Session,
     _shape,
     _tensor_out,
+    _variant,
 )
 
 
@@ -51,7 +52,9 @@ def check_rope(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> Chec
     vector keeps its length; each pair ``(2i, 2i + 1)`` keeps its own length (the pairs are
     adjacent dimensions); the scores ``q . k`` after rotation depend only on the offset between
     the positions (shifting every position by a constant changes nothing); the angles are
-    ``pos * 10000 ** (-2i / head_size)`` (compared with a reference written out in the checker).
+    ``pos * 10000 ** (-2i / head_size)`` (compared with a reference written out in the checker),
+    also for bfloat16 and non-contiguous inputs, and for float64 ones at positions in the
+    thousands, to float64 precision; the output has the input's dtype.
     """
     g_pos = torch.Generator().manual_seed(7)
     cases = [
@@ -61,9 +64,18 @@ def check_rope(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> Chec
         ((1, 2), torch.tensor([3]), "T = 1, head_size = 2, position 3"),
     ]
 
-    # Each property has its own seeds; the reference is also checked on T = 80, head_size = 96,
-    # beyond the chapter's 64.
-    final = [*cases[:3], ((2, 80, 96), torch.arange(80) + 20, "positions 20..99")]
+    # Each property has its own seeds; the reference is also checked in bfloat16, on a
+    # non-contiguous x, and in float64 (to float64 precision) on T = 80, head_size = 96, beyond
+    # the chapter's 64, at positions 4000..4079, past a table of angles built in advance for
+    # the chapter's contexts.
+    final = [
+        (*cases[0], "bfloat16"),
+        (*cases[1], "strided"),
+        (*cases[2], ""),
+        ((2, 80, 96), torch.arange(80) + 4000, "positions 4000..4079", "float64"),
+    ]
+    kinds = {"": "", "bfloat16": ", bfloat16", "float64": ", float64"}
+    kinds["strided"] = ", non-contiguous (a transposed view, as inside a model)"
 
     def rope(x: torch.Tensor, pos: torch.Tensor, freqs: torch.Tensor, sign: float = 1.0) -> Any:
         angle = pos.to(torch.float64)[:, None] * freqs
@@ -196,12 +208,13 @@ def check_rope(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> Chec
             )
 
     def reference(s: _Session) -> None:
-        for seed, (size, positions, where) in enumerate(final, start=50):
-            x = _randn(*size, seed=seed)
+        for seed, (size, positions, where, kind) in enumerate(final, start=50):
+            x = _variant(_randn(*size, seed=seed), kind)
             grad = seed == 50 + len(final) - 1  # the last call with gradients on
             with torch.enable_grad():
                 x.requires_grad_(grad)
-                out = call(s, x, positions, describe(size, seed, where))
+                out = s.call(fn, x, positions, input=describe(size, seed, where) + kinds[kind])
+                out = _tensor_out(out, x.shape, dtype=x.dtype)
                 expected = _rope_reference(x, positions)
                 _expect_close(
                     out,
@@ -210,6 +223,7 @@ def check_rope(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> Chec
                     "(x[2i] cos - x[2i+1] sin, x[2i] sin + x[2i+1] cos)",
                     atol=1e-5,
                     mistakes=mistakes(x.detach(), positions),
+                    dtype=x.dtype,
                 )
                 if grad:
                     _expect_gradients(out, expected, [("x", x)])

@@ -25,6 +25,7 @@ from helpers.checking._core import (
     _shape,
     _tensor_out,
     _usage,
+    _variant,
 )
 
 _NAMES = (
@@ -50,7 +51,8 @@ def check_split_heads(
     Properties: ``split_heads`` has shape ``(B, n_head, T, head_size)``; head ``h`` of the split
     is ``x[..., h * head_size:(h + 1) * head_size]``; ``merge_heads`` puts head ``h`` back in
     those channels (shape ``(B, T, C)``); ``merge_heads(split_heads(x))`` is ``x``; attention
-    computed with the two functions equals a loop over separate heads with copied weights.
+    computed with the two functions equals a loop over separate heads with copied weights. Some
+    inputs are float64, bfloat16 or non-contiguous: the dtype must be kept and no layout assumed.
     """
     if merge_heads is None:
         return _usage(
@@ -89,11 +91,16 @@ def check_split_heads(
     def describe(B: int, T: int, C: int, n_head: int, seed: int) -> str:
         return f"x of shape {_shape((B, T, C))}, n_head = {n_head}, seed {seed}"
 
-    def split(s: _Session, B: int, T: int, C: int, n_head: int, seed: int) -> tuple[Any, ...]:
-        x = _randn(B, T, C, seed=seed)
-        what = "split_heads(x, n_head) with " + describe(B, T, C, n_head, seed)
+    kinds = {"": "", "float64": ", float64", "bfloat16": ", bfloat16"}
+    kinds["strided"] = ", non-contiguous (a transposed view)"
+
+    def split(
+        s: _Session, B: int, T: int, C: int, n_head: int, seed: int, kind: str = ""
+    ) -> tuple[Any, ...]:
+        x = _variant(_randn(B, T, C, seed=seed), kind)
+        what = "split_heads(x, n_head) with " + describe(B, T, C, n_head, seed) + kinds[kind]
         y = s.call(split_heads, x, n_head, input=what)
-        return x, _tensor_out(y, (B, n_head, T, C // n_head), "split_heads's output")
+        return x, _tensor_out(y, (B, n_head, T, C // n_head), "split_heads's output", dtype=x.dtype)
 
     def split_shape(s: _Session) -> None:
         for seed, case in enumerate(cases, start=41):
@@ -101,7 +108,7 @@ def check_split_heads(
 
     def split_heads_are_slices(s: _Session) -> None:
         for seed, (B, T, C, n_head) in enumerate(cases, start=1):
-            x, y = split(s, B, T, C, n_head, seed)
+            x, y = split(s, B, T, C, n_head, seed, "strided" if seed == 4 else "")
             hs = C // n_head
             for h in range(n_head):
                 problem = _differ(y[:, h], x[..., h * hs : (h + 1) * hs], atol=0, rtol=0)
@@ -129,10 +136,17 @@ def check_split_heads(
 
     def round_trip(s: _Session) -> None:
         for seed, (B, T, C, n_head) in enumerate(cases, start=51):
-            x, y = split(s, B, T, C, n_head, seed)
-            what = "merge_heads(split_heads(x, n_head)) with " + describe(B, T, C, n_head, seed)
+            kind = {51: "float64", 53: "bfloat16", 55: "strided"}.get(seed, "")
+            x, y = split(s, B, T, C, n_head, seed, kind)
+            what = (
+                "merge_heads(split_heads(x, n_head)) with "
+                + describe(B, T, C, n_head, seed)
+                + kinds[kind]
+            )
             back = s.call(merge_heads, y, input=what)
-            _expect_close(_tensor_out(back, (B, T, C), "merge_heads's output"), x, "x", atol=0)
+            _expect_close(
+                _tensor_out(back, (B, T, C), "merge_heads's output", dtype=x.dtype), x, "x", atol=0
+            )
 
     def per_head_loop(s: _Session) -> None:
         from helpers.multihead import (

@@ -33,7 +33,8 @@ def check_sinusoidal_encoding(fn: Callable[..., torch.Tensor]) -> CheckResult:
     ``PE[pos, 2i+1] = cos(pos / base**(2i / d_model))`` (sine and cosine interleaved over the
     dimensions, as ``helpers.positional.sinusoidal_encoding``).
 
-    Properties: the shape is ``(T, d_model)``; every value lies in ``[-1, 1]``; distinct
+    Properties: the shape is ``(T, d_model)``; every value lies in ``[-1, 1]`` (up to
+    ``T = 10000``, beyond a table built in advance for 5000 positions); distinct
     positions get distinct rows; shifting by ``k`` positions is a rotation,
     ``PE[pos + k] = M_k PE[pos]`` with ``M_k`` from ``helpers.positional.sinusoidal_shift_matrix``
     (for the ``base`` passed in); with the default base the encoding equals the formula with
@@ -42,9 +43,10 @@ def check_sinusoidal_encoding(fn: Callable[..., torch.Tensor]) -> CheckResult:
     from helpers.positional import sinusoidal_encoding, sinusoidal_shift_matrix
 
     # Each property has its own sizes (a pure function of T and d_model has no seed), up to
-    # T = 257 and d_model = 130, beyond the chapter's 128.
+    # T = 10000 (longer than a table built in advance for max_len = 5000 and sliced to [:T])
+    # and d_model = 130, beyond the chapter's 128.
     cases = [(1, 2), (10, 8), (50, 16), (64, 32)]
-    bounded_cases = [(3, 4), (17, 6), (100, 130), (257, 10)]
+    bounded_cases = [(3, 4), (17, 6), (100, 130), (10000, 10)]
     formula_cases = [(2, 2), (11, 8), (50, 18), (128, 64)]
 
     def layout(T: int, d: int, base: float, *, two_i_all: bool) -> torch.Tensor:
@@ -104,6 +106,16 @@ def check_sinusoidal_encoding(fn: Callable[..., torch.Tensor]) -> CheckResult:
             out = s.call(fn, T, d, input=f"T = {T}, d_model = {d} (default base)")
         else:
             out = s.call(fn, T, d, base=base, input=f"T = {T}, d_model = {d}, base = {base}")
+        if isinstance(out, torch.Tensor) and out.dim() == 2 and out.shape[1] == d:
+            if out.shape[0] < T:
+                raise _Mismatch(
+                    f"the encodings: a tensor of shape ({T}, {d})",
+                    f"shape ({out.shape[0]}, {d}): only {out.shape[0]} rows for T = {T}",
+                    f"Your function returns {out.shape[0]} rows when asked for {T}: a table of "
+                    f"positions computed in advance (for {out.shape[0]} positions) and sliced "
+                    "with [:T] has no more rows than that. Compute the rows of positions "
+                    "0..T-1, however large T is.",
+                )
         return _tensor_out(out, (T, d), "the encodings")
 
     def shape(s: _Session) -> None:

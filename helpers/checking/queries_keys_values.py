@@ -24,6 +24,7 @@ from helpers.checking._core import (
     _Session,
     _shape,
     _tensor_out,
+    _variant,
 )
 
 
@@ -37,28 +38,50 @@ def check_causal_attention(
     ``softmax(mask(q @ k^T / sqrt(head_size))) @ v``, which is what
     ``F.scaled_dot_product_attention(q, k, v, is_causal=True)`` computes.
 
-    Properties: the output has shape ``(B, T, head_size)`` (also for ``T = 1``); every query's
-    weights sum to 1 (identical values come back unchanged); the output at ``t`` does not
-    change when the tokens after ``t`` change; the result equals PyTorch's.
+    Properties: the output has shape ``(B, T, head_size)`` (also for ``T = 1`` and for
+    non-contiguous inputs); every query's weights sum to 1 (identical values come back
+    unchanged); the output at ``t`` does not change when the tokens after ``t`` change; the
+    result equals PyTorch's, also for float64 inputs (to float64 precision) and bfloat16 ones,
+    in the input's dtype, and when every score is -1e10 (a finite fill value such as -1e9 would
+    outweigh the visible keys).
     """
     # Each property has its own inputs (no (shape, seed) pair shared), T up to 40, beyond the
     # chapter's sizes; "large" inputs give scores of a few hundred, where exp overflows float32.
     cases = {
-        "shape": [((2, 5, 8), 1, 2.0), ((1, 1, 4), 2, 2.0), ((3, 7, 16), 3, 2.0)]
-        + [((2, 6, 8), 4, 2.0)],
+        "shape": [((2, 5, 8), 1, 2.0, ""), ((1, 1, 4), 2, 2.0, ""), ((3, 7, 16), 3, 2.0, "")]
+        + [((2, 6, 8), 4, 2.0, "strided")],
         "weights_sum": [((2, 5, 8), 11, 0.0), ((1, 1, 4), 12, 2.0), ((3, 7, 16), 13, 8.0)]
         + [((2, 40, 8), 14, 2.0)],
-        "matches_torch": [((2, 5, 8), 21, 2.0), ((1, 1, 4), 22, 2.0), ((3, 7, 16), 23, 2.0)]
-        + [((2, 6, 8), 24, 8.0), ((4, 40, 32), 25, 2.0)],
+        "matches_torch": [
+            ((2, 5, 8), 21, 2.0, "float64"),
+            ((1, 1, 4), 22, 2.0, "bfloat16"),
+            ((3, 7, 16), 23, 2.0, "below -1e9"),
+            ((2, 6, 8), 24, 8.0, ""),
+            ((4, 40, 32), 25, 2.0, ""),
+        ],
     }
 
-    def qkv(size: tuple[int, ...], seed: int, scale: float = 2.0) -> tuple[torch.Tensor, ...]:
+    def qkv(
+        size: tuple[int, ...], seed: int, scale: float = 2.0, kind: str = ""
+    ) -> tuple[torch.Tensor, ...]:
         x = _randn(3, *size, seed=seed)
-        return x[0] * scale, x[1] * scale, x[2]  # larger q, k: the scaling matters
+        q, k, v = x[0] * scale, x[1] * scale, x[2]  # larger q, k: the scaling matters
+        if kind == "below -1e9":  # the same query everywhere, every key its opposite
+            u = q[:, :1] / q[:, :1].norm(dim=-1, keepdim=True)
+            q = (u * 1e5 * size[-1] ** 0.25).expand(size).contiguous()
+            k = -q
+        return tuple(_variant(t, "" if kind == "below -1e9" else kind) for t in (q, k, v))
 
-    def describe(size: tuple[int, ...], seed: int, scale: float) -> str:
+    def describe(size: tuple[int, ...], seed: int, scale: float, kind: str = "") -> str:
         large = ", q and k scaled by 8 (scores of a few hundred)" if scale > 2 else ""
-        return f"q, k, v of shape {_shape(size)}, seed {seed}{large}"
+        extra = {
+            "below -1e9": ", every query the same vector of length 1e5 and every key its "
+            "opposite (every score -1e10)",
+            "float64": ", float64",
+            "bfloat16": ", bfloat16",
+            "strided": ", non-contiguous (transposed views, as inside a model)",
+        }.get(kind, "")
+        return f"q, k, v of shape {_shape(size)}, seed {seed}{large}{extra}"
 
     def mistakes(
         q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
@@ -69,6 +92,16 @@ def check_causal_attention(
         scores = qd @ kd.transpose(-2, -1) / math.sqrt(hs)
         weights = scores.masked_fill(future, -math.inf).softmax(dim=-1)
         return [
+            (
+                "Your output matches masking the future scores with a finite number such as "
+                "-1e9: when every visible score is below it, the future keys outweigh them. "
+                "Fill with float('-inf'), which is below every score.",
+                lambda: (
+                    scores.masked_fill(future, -1e9).softmax(dim=-1) @ vd
+                    if scores.max() < -1e9
+                    else None
+                ),
+            ),
             (
                 "Your output matches attention without the mask: set the scores of future keys "
                 "to -inf before the softmax.",
@@ -121,9 +154,10 @@ def check_causal_attention(
         ]
 
     def shape(s: _Session) -> None:
-        for size, seed, scale in cases["shape"]:
-            q, k, v = qkv(size, seed, scale)
-            _tensor_out(s.call(fn, q, k, v, input=describe(size, seed, scale)), size)
+        for size, seed, scale, kind in cases["shape"]:
+            q, k, v = qkv(size, seed, scale, kind)
+            out = s.call(fn, q, k, v, input=describe(size, seed, scale, kind))
+            _tensor_out(out, size, dtype=q.dtype)
 
     def weights_sum(s: _Session) -> None:
         for size, seed, scale in cases["weights_sum"]:
@@ -167,13 +201,14 @@ def check_causal_attention(
                 )
 
     def matches_torch(s: _Session) -> None:
-        for number, (size, seed, scale) in enumerate(cases["matches_torch"]):
-            q, k, v = qkv(size, seed, scale)
+        for number, (size, seed, scale, kind) in enumerate(cases["matches_torch"]):
+            q, k, v = qkv(size, seed, scale, kind)
             with torch.enable_grad():
                 grad = number == len(cases["matches_torch"]) - 1  # the last call: gradients on
                 for t in (q, k, v):
                     t.requires_grad_(grad)
-                out = _tensor_out(s.call(fn, q, k, v, input=describe(size, seed, scale)), size)
+                out = s.call(fn, q, k, v, input=describe(size, seed, scale, kind))
+                out = _tensor_out(out, size, dtype=q.dtype)
                 expected = _causal_sdpa(q, k, v, is_causal=True)
                 plain = [t.detach() for t in (q, k, v)]
                 _expect_close(
@@ -181,6 +216,7 @@ def check_causal_attention(
                     expected,
                     "F.scaled_dot_product_attention(q, k, v, is_causal=True)",
                     mistakes=mistakes(*plain),
+                    dtype=q.dtype,
                 )
                 if grad:
                     _expect_gradients(out, expected, [("q", q), ("k", k), ("v", v)])

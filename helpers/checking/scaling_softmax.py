@@ -25,6 +25,7 @@ from helpers.checking._core import (
     _Session,
     _shape,
     _tensor_out,
+    _variant,
 )
 
 
@@ -37,12 +38,17 @@ def check_scaled_scores(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
     Properties: the scores have shape ``(B, T, T)``; row ``i`` belongs to query ``i`` and column
     ``j`` to key ``j``; for unit-variance ``q`` and ``k`` the scores have variance close to 1 for
-    every head size from 16 to 1024; the scores equal ``q @ k^T / sqrt(head_size)``.
+    every head size from 16 to 1024; the scores equal ``q @ k^T / sqrt(head_size)``, also for
+    float64 inputs (to float64 precision), bfloat16 ones and non-contiguous ones, in the input's
+    dtype.
     """
     # Each property has its own inputs (no (shape, seed) pair shared); the formula is checked on
     # the first property's shapes with other data, and on T = 40, beyond the chapter's sizes.
     cases = [((2, 5, 8), 1), ((1, 1, 4), 2), ((3, 6, 16), 3), ((2, 4, 64), 4)]
-    final = [((2, 5, 8), 11), ((1, 1, 4), 12), ((3, 6, 16), 13), ((2, 40, 64), 14)]
+    final = [((2, 5, 8), 11, "float64"), ((1, 1, 4), 12, "bfloat16"), ((3, 6, 16), 13, "strided")]
+    final += [((2, 40, 64), 14, "")]
+    kinds = {"": "", "float64": ", float64", "bfloat16": ", bfloat16"}
+    kinds["strided"] = ", non-contiguous (transposed views, as inside a model)"
 
     def mistakes(q: torch.Tensor, k: torch.Tensor) -> list[tuple[str, Callable[[], Any]]]:
         qd, kd = q.double(), k.double()
@@ -129,21 +135,24 @@ def check_scaled_scores(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
                 )
 
     def formula(s: _Session) -> None:
-        for number, (size, seed) in enumerate(final):
+        for number, (size, seed, kind) in enumerate(final):
             x = _randn(2, *size, seed=seed)
-            q, k = x[0].clone(), x[1].clone()
+            q, k = _variant(x[0].clone(), kind), _variant(x[1].clone(), kind)
             with torch.enable_grad():
                 grad = number == len(final) - 1  # the last call with gradients on
                 q.requires_grad_(grad)
                 k.requires_grad_(grad)
-                text = f"q, k of shape {_shape(size)}, seed {seed}"
-                out = _tensor_out(s.call(fn, q, k, input=text), (*size[:2], size[1]), "the scores")
+                text = f"q, k of shape {_shape(size)}, seed {seed}{kinds[kind]}"
+                out = _tensor_out(
+                    s.call(fn, q, k, input=text), (*size[:2], size[1]), "the scores", dtype=q.dtype
+                )
                 expected = q.double() @ k.double().transpose(-2, -1) / math.sqrt(size[-1])
                 _expect_close(
                     out,
                     expected,
                     "q @ k.transpose(-2, -1) / sqrt(head_size)",
                     mistakes=mistakes(q.detach(), k.detach()),
+                    dtype=q.dtype,
                 )
                 if grad:
                     _expect_gradients(out, expected, [("q", q), ("k", k)])
