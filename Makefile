@@ -3,8 +3,9 @@
 #                  _build/html (open _build/html/index.html)
 #   make test   -> adds the test toolchain (requirements-test.txt) and runs every test: lint,
 #                  helper unit tests, strict build, browser checks, nbval, on every core
-# Faster loops: make test-unit (under a minute), make test-book, make test-notebooks,
-# make nbval NB=book/part1/averaging.ipynb (one notebook). `make lab` opens the notebooks.
+# Faster loops: make test-unit (about 2 minutes on 2 cores), make test-book, make test-notebooks,
+# make nbval NB=book/part1/averaging.ipynb (one notebook), make test-rounding (the notebooks under
+# other CPUs' rounding, before a change to a notebook lands). `make lab` opens the notebooks.
 
 # The interpreter you have; override with `make test PYTHON=python3.12`.
 PYTHON ?= python3
@@ -103,7 +104,7 @@ test: install-test chromium lint
 	$(TEST_ENV) $(BIN)/python -m pytest $(PARALLEL) tests book $(NBVAL)
 
 test-unit: install-test
-	$(BIN)/python -m pytest -m unit tests
+	$(BIN)/python -m pytest $(PARALLEL) -m unit tests
 
 test-book: install-test chromium
 	$(BIN)/python -m pytest -m book tests
