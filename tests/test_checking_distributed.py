@@ -120,7 +120,7 @@ WRONG = [
     (no_exchange, "mean", "exchange gradients"),
     (sum_only, "mean", "divide by dist.get_world_size()"),
     (divide_by_two, "world", "not by a fixed number"),
-    (reduce_to_rank0, "mean", "dist.reduce leaves the result on one rank"),
+    (reduce_to_rank0, "mean", "dist.reduce"),
     (broadcast_rank0, "mean", "average every parameter's gradient"),
     (no_none_check, "no-grad", "skip parameters whose .grad is None"),
     (replaces_with_none, "mean", "change p.grad in place"),
@@ -149,3 +149,136 @@ def test_stub_and_garbage() -> None:
     assert check_average_gradients(stub).not_implemented
     result = check_average_gradients(42)  # type: ignore[arg-type]
     assert not result and "not a function" in result.report
+
+
+# Mistakes of the kinds that pass on a plain model: an order taken from memory addresses, a
+# reduction on a copy, a second loop over a used-up iterator, a trainable parameter that got no
+# gradient this step, a process group torn down, a division on some ranks only.
+
+
+def set_order(params):
+    world = dist.get_world_size()
+    for p in set(params):  # a set orders the parameters by memory address
+        if p.grad is not None:
+            dist.all_reduce(p.grad)
+            p.grad /= world
+
+
+def reduces_a_float_copy(params):
+    world = dist.get_world_size()
+    for p in params:
+        if p.grad is not None:
+            g = p.grad.float()  # the same tensor for float32, a copy for bfloat16
+            dist.all_reduce(g)
+            g /= world
+
+
+def divides_in_a_second_loop(params):
+    for p in params:
+        if p.grad is not None:
+            dist.all_reduce(p.grad)
+    for p in params:  # params is used up: this loop runs zero times
+        if p.grad is not None:
+            p.grad /= dist.get_world_size()
+
+
+def skips_frozen_only(params):
+    world = dist.get_world_size()
+    for p in params:
+        if p.requires_grad:  # a trainable parameter unused in this step has no gradient
+            dist.all_reduce(p.grad)
+            p.grad /= world
+
+
+def destroys_the_group(params):
+    per_tensor(params)
+    dist.destroy_process_group()
+
+
+def only_rank0_divides(params):
+    for p in params:
+        if p.grad is not None:
+            dist.all_reduce(p.grad)
+            if dist.get_rank() == 0:
+                p.grad /= dist.get_world_size()
+
+
+LATENT = [
+    (set_order, "same", "memory address"),
+    (reduces_a_float_copy, "mean", "the reduction ran on a copy"),
+    (divides_in_a_second_loop, "mean", "second loop over params ran zero times"),
+    (skips_frozen_only, "no-grad", "a trainable one that this step did not use"),
+    (destroys_the_group, "mean", "destroyed the process group"),
+    (only_rank0_divides, "mean", "not only some of them"),
+]
+
+
+@pytest.mark.parametrize(("fn", "key", "words"), LATENT, ids=[w[0].__name__ for w in LATENT])
+def test_rejects_mistakes_a_plain_model_hides(fn, key: str, words: str) -> None:
+    result = check_average_gradients(fn)
+    assert not result
+    assert result.failed_key == key, result.report
+    assert words in " ".join(result.report.split()), result.report
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no message")
+
+
+def raises_unprintable(params):
+    raise Unprintable
+
+
+def rank1_raises(params):
+    if dist.get_rank() == 1:
+        raise ValueError("rank one's own problem")
+    per_tensor(params)
+
+
+def every_rank_exits(params):
+    import os
+
+    os._exit(0)
+
+
+def never_returns(params):
+    while True:
+        continue
+
+
+def test_an_exception_that_cannot_be_printed_is_the_functions(capsys) -> None:
+    result = check_average_gradients(raises_unprintable)
+    assert not result and result.kind == "raised"
+    assert "rank 0 raised Unprintable: (its message cannot be printed" in result.report
+    assert "run the cell again" not in result.report and "not your function" not in result.report
+    assert "line " in result.report and "raise Unprintable" in result.report
+    capsys.readouterr()
+
+
+def test_the_raising_ranks_own_message_is_shown(monkeypatch, capsys) -> None:
+    monkeypatch.setattr(checker_module, "_COLLECTIVE_TIMEOUT", 2.0)
+    result = check_average_gradients(rank1_raises)
+    assert not result and result.kind == "raised"
+    assert "rank 1 raised ValueError: rank one's own problem" in result.report
+    assert "connection" not in result.report.lower()
+    capsys.readouterr()
+
+
+def test_ranks_that_end_their_process_are_reported_at_once(monkeypatch, capsys) -> None:
+    # With a 10-minute limit, a report only comes back before it if the check does not wait.
+    monkeypatch.setattr(checker_module, "_TIMEOUT", 600.0)
+    result = check_average_gradients(every_rank_exits)
+    assert not result
+    assert result.kind == "exited" and "ended inside your function" in result.report
+    assert "collective" not in result.report
+    capsys.readouterr()
+
+
+def test_a_function_that_never_returns_is_stopped(monkeypatch, capsys) -> None:
+    monkeypatch.setattr(checker_module, "_TIMEOUT", 3.0)
+    result = check_average_gradients(never_returns)
+    assert not result and result.kind == "timeout"
+    assert result.report.startswith("Your function did not finish in time.")
+    assert "did not finish within 3 s" in result.report
+    capsys.readouterr()

@@ -4,7 +4,17 @@ gradient all-reduce (``check_average_gradients``).
 The reader's function runs where it would in real training: in separate processes joined by a
 ``gloo`` process group (started with ``fork``, so a function defined in a notebook needs no file),
 each with its own batch, once with 2 ranks and once with 3. Each rank reports back what it found;
-a rank that hangs in a collective is stopped after a timeout and reported as such.
+a rank that waits in a collective the others never join gives up after
+:data:`_COLLECTIVE_TIMEOUT` seconds, a rank whose call of the function has not returned after
+:data:`_TIMEOUT` seconds is stopped and reported as such, and a rank whose process ends inside
+the function (``os._exit``, a crash) is reported as soon as it has ended.
+
+The model holds what a real training step can hold: a frozen layer (no gradient), a trainable
+parameter that this step did not use (``.grad`` is ``None``) and a bfloat16 parameter (its
+gradient is bfloat16). The parameters are handed over as a one-pass iterator, as
+``model.parameters()`` is, and each rank allocates a different amount of memory before building
+its model, so that an order taken from memory addresses (a ``set`` of parameters, ``sorted(...,
+key=id)``) differs between ranks, as it can between real processes.
 """
 
 from __future__ import annotations
@@ -12,14 +22,23 @@ from __future__ import annotations
 import datetime
 import multiprocessing as mp
 import textwrap
-from collections.abc import Callable, Iterable
+import time
+from collections.abc import Callable, Iterable, Iterator
+from multiprocessing.connection import Connection, wait
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from helpers.checking._core import _WIDTH, NOT_IMPLEMENTED_MESSAGE, CheckResult
+from helpers.checking._core import (
+    _HEADERS,
+    _WIDTH,
+    NOT_IMPLEMENTED_MESSAGE,
+    CheckResult,
+    _error_text,
+    _reader_line,
+)
 
 _PROPERTIES = (
     ("mean", "every rank ends with the mean of all ranks' gradients"),
@@ -32,6 +51,32 @@ _TIMEOUT = 30.0  # seconds for one launch of all ranks
 _COLLECTIVE_TIMEOUT = 8.0  # seconds a rank waits in a collective the others never join
 # What gloo says when a rank waits for partners that left or never came.
 _LONELY_COLLECTIVE = ("timed out", "timeout", "connection reset", "connection closed")
+_COLLECTIVES = ("all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "barrier")
+
+
+class _OnePass:
+    """The parameters as ``model.parameters()`` gives them: an iterator that can be walked once.
+    It remembers whether the reader's code asked for more after it was used up (a second
+    ``for`` loop over it, which runs zero times)."""
+
+    def __init__(self, params: Iterable[nn.Parameter]) -> None:
+        self._it = iter(list(params))
+        self.exhausted = False
+        self.reused = False
+
+    def __iter__(self) -> Iterator[nn.Parameter]:
+        if self.exhausted:
+            self.reused = True
+        return self
+
+    def __next__(self) -> nn.Parameter:
+        try:
+            return next(self._it)
+        except StopIteration:
+            if self.exhausted:
+                self.reused = True
+            self.exhausted = True
+            raise
 
 
 def _model() -> nn.Module:
@@ -40,11 +85,33 @@ def _model() -> nn.Module:
     frozen = nn.Linear(3, 3)
     frozen.requires_grad_(False)
     model.append(frozen)  # its parameters never get a gradient
+    model.register_parameter("unused", nn.Parameter(torch.zeros(4)))  # trainable, not used
+    model.register_parameter("low_precision", nn.Parameter(torch.zeros(6, dtype=torch.bfloat16)))
     return model
 
 
-def _worker(fn: Callable[..., Any], rank: int, world: int, port: int, queue: Any) -> None:
-    """One rank: a backward pass on its own batch, then the reader's function."""
+def _kind(got: torch.Tensor, own: torch.Tensor, total: torch.Tensor, world: int) -> str:
+    """What a gradient after the reader's function is: ``mean``, ``sum``, ``own`` (unchanged),
+    ``own/world``, ``half`` (the sum divided by 2) or ``other``."""
+    g, o, t = got.double(), own.double(), total.double()
+    tol = 2e-2 if got.dtype == torch.bfloat16 else 1e-6
+    rtol = 2e-2 if got.dtype == torch.bfloat16 else 0.0
+    for name, want in (
+        ("mean", t / world),
+        ("sum", t),
+        ("own", o),
+        ("own/world", o / world),
+        ("half", t / 2),
+    ):
+        if torch.allclose(g, want, atol=tol, rtol=rtol):
+            return name
+    return "other"
+
+
+def _worker(fn: Callable[..., Any], rank: int, world: int, port: int, conn: Connection) -> None:
+    """One rank: a backward pass on its own batch, then the reader's function. It sends what it
+    does through ``conn`` as it goes (each message is written before the next step, so what a
+    rank did reaches the checker even if its process is then killed by a crash)."""
     torch.set_num_threads(1)
     out: dict[str, Any] = {"rank": rank}
     try:
@@ -55,85 +122,196 @@ def _worker(fn: Callable[..., Any], rank: int, world: int, port: int, queue: Any
             world_size=world,
             timeout=datetime.timedelta(seconds=_COLLECTIVE_TIMEOUT),
         )
+        ballast = [torch.nn.Parameter(torch.zeros(1)) for _ in range(37 * rank + 5)]
         model = _model()
         g = torch.Generator().manual_seed(100 + rank)
         x = torch.randn(4, 5, generator=g)
         model(x).pow(2).mean().backward()
+        # The gradient of a bfloat16 layer.
+        model.low_precision.grad = torch.randn(6, generator=g).to(torch.bfloat16)
+        names = [name for name, _ in model.named_parameters()]
+        had = [p.grad is not None for p in model.parameters()]
         own = [p.grad.clone() for p in model.parameters() if p.grad is not None]
         weights = [p.detach().clone() for p in model.parameters()]
-        everyone = [torch.zeros_like(t) for t in own]
-        for total, t in zip(everyone, own, strict=True):
-            total.copy_(t)
+        everyone = [t.clone() for t in own]
+        for total in everyone:
             dist.all_reduce(total)
+        calls: list[str] = []
+        real = {name: getattr(dist, name) for name in _COLLECTIVES}
+
+        def recorded(name: str) -> Callable[..., Any]:
+            def collective(*args: Any, **kwargs: Any) -> Any:
+                if args and args[0] is None:
+                    out["none_passed"] = True
+                    calls.append(f"{name}(None)")
+                else:
+                    shape = tuple(args[0].shape) if args and hasattr(args[0], "shape") else ()
+                    calls.append(f"{name}{shape}")
+                conn.send({"call": calls[-1]})
+                return real[name](*args, **kwargs)
+
+            return collective
+
+        params = _OnePass(model.parameters())
+        for name in _COLLECTIVES:
+            setattr(dist, name, recorded(name))
+        conn.send({"started": True})
         try:
-            fn(model.parameters())
+            fn(params)
         except NotImplementedError:
             out["not_implemented"] = True
         except BaseException as error:  # noqa: BLE001  (SystemExit from the reader included)
-            message = " ".join(f"{type(error).__name__}: {error}".split())
-            out["raised"] = message if len(message) < 160 else message[:157] + "..."
-        else:
-            got = [p.grad for p in model.parameters() if p.requires_grad]
-            mean = [t / world for t in everyone]
-            out["nones_left_alone"] = all(
-                p.grad is None for p in model.parameters() if not p.requires_grad
-            )
-            if any(t is None for t in got):
-                out["lost_grad"] = True
-            else:
-                out["err_mean"] = max(
-                    (a - b).abs().max().item() for a, b in zip(got, mean, strict=True)
-                )
-                out["err_sum"] = max(
-                    (a - b).abs().max().item() for a, b in zip(got, everyone, strict=True)
-                )
-                out["err_own"] = min(  # its own gradient, or its own divided by the world size
-                    max((a - b * c).abs().max().item() for a, b in zip(got, own, strict=True))
-                    for c in (1.0, 1.0 / world)
-                )
-                out["err_half"] = max(
-                    (a - b / 2).abs().max().item() for a, b in zip(got, everyone, strict=True)
-                )
+            out["raised"] = _error_text(error)
+            out["raised_at"] = _reader_line(error)
+        finally:
+            for name in _COLLECTIVES:
+                setattr(dist, name, real[name])
+        out["calls"] = calls
+        out["reused"] = params.reused
+        out["group_alive"] = dist.is_initialized()
+        if "raised" not in out and "not_implemented" not in out:
+            params_now = list(model.parameters())
+            out["new_grad"] = [
+                names[i] for i, p in enumerate(params_now) if not had[i] and p.grad is not None
+            ]
+            out["lost_grad"] = [
+                names[i] for i, p in enumerate(params_now) if had[i] and p.grad is None
+            ]
+            if not out["lost_grad"]:
+                with_grad = [(i, p) for i, p in enumerate(params_now) if had[i]]
+                out["kinds"] = {
+                    names[i]: _kind(p.grad, o, t, world)
+                    for (i, p), o, t in zip(with_grad, own, everyone, strict=True)
+                }
+                out["dtypes"] = {names[i]: str(p.grad.dtype) for i, p in with_grad}
                 # Plain numbers: tensors would travel through shared memory that dies with
                 # the process.
-                out["grads"] = torch.cat([t.reshape(-1) for t in got]).tolist()
+                out["grads"] = torch.cat(
+                    [p.grad.double().reshape(-1) for _, p in with_grad]
+                ).tolist()
             out["weights_changed"] = any(
-                not torch.equal(p.detach(), w)
-                for p, w in zip(model.parameters(), weights, strict=True)
+                not torch.equal(p.detach(), w) for p, w in zip(params_now, weights, strict=True)
             )
+        del ballast
     except BaseException as error:  # noqa: BLE001
-        out["setup_failed"] = f"{type(error).__name__}: {error}"
+        out["setup_failed"] = _error_text(error)
     finally:
-        queue.put(out)
+        conn.send(out)
+        conn.close()
         if dist.is_initialized():
             dist.destroy_process_group()
 
 
-def _launch(fn: Callable[..., Any], world: int) -> list[dict[str, Any]] | str:
-    """Run ``fn`` on ``world`` forked ranks; their reports, or why there are none."""
+def _launch(fn: Callable[..., Any], world: int) -> list[dict[str, Any]] | tuple[str, str, str, str]:
+    """Run ``fn`` on ``world`` forked ranks; their reports, or (property key, got, hint, kind)
+    when some rank gave none: its process ended inside the function (after a collective call
+    that the other ranks made differently, or on its own), or the function did not return in
+    time."""
     from helpers.distributed import free_port
 
     ctx = mp.get_context("fork")
-    queue = ctx.Queue()
     port = free_port()
-    procs = [ctx.Process(target=_worker, args=(fn, r, world, port, queue)) for r in range(world)]
+    pipes = [ctx.Pipe(duplex=False) for _ in range(world)]
+    procs = [
+        ctx.Process(target=_worker, args=(fn, r, world, port, pipes[r][1])) for r in range(world)
+    ]
     for p in procs:
         p.start()
-    results: list[dict[str, Any]] = []
+    for _, sender in pipes:
+        sender.close()  # the parent's copy: the pipe ends when the rank's process does
+    readers = {pipes[r][0]: r for r in range(world)}
+    results: dict[int, dict[str, Any]] = {}
+    started: set[int] = set()
+    calls: dict[int, list[str]] = {r: [] for r in range(world)}
+    ended: list[int] = []  # ranks whose process ended without a report, in order
+    deadline = time.monotonic() + _TIMEOUT
     try:
-        for _ in procs:
-            results.append(queue.get(timeout=_TIMEOUT))
-    except Exception:  # noqa: BLE001  (queue.Empty: a rank never answered)
-        return (
-            f"no answer from every rank within {_TIMEOUT:.0f} s: a collective (all_reduce, "
-            "reduce, broadcast, ...) was probably called on some ranks but not on the others"
-        )
+        while readers and time.monotonic() < deadline:
+            for conn in wait(list(readers), timeout=0.2):
+                rank = readers[conn]  # type: ignore[index]
+                try:
+                    message = conn.recv()  # type: ignore[union-attr]
+                except EOFError:  # the process ended
+                    del readers[conn]  # type: ignore[arg-type]
+                    if rank not in results:
+                        ended.append(rank)
+                    continue
+                if "call" in message:
+                    calls[rank].append(message["call"])
+                elif message.get("started"):
+                    started.add(rank)
+                else:
+                    results[rank] = {**message, "calls": calls[rank]}
     finally:
         for p in procs:
-            p.join(timeout=5)
+            p.join(timeout=0.5 if len(results) < world else 5)
             if p.is_alive():
                 p.kill()
-    return sorted(results, key=lambda r: r["rank"])
+                p.join(timeout=5)
+        for conn in readers:
+            conn.close()  # type: ignore[union-attr]
+    if len(results) < world:
+        if ended:
+            mismatch = _different_calls([calls[r] for r in range(world)])
+            if mismatch is not None:
+                return ("same", *mismatch, "property")
+            rank = ended[0]
+            where = "inside your function" if rank in started else "before its turn"
+            return (
+                "mean",
+                f"the process of rank {rank} ended {where} (exit code {procs[rank].exitcode}) "
+                "without a report",
+                "your function ended the process (os._exit, os.kill, a crash in native code): "
+                "return instead, and let the ranks exit on their own",
+                "exited",
+            )
+        late = sorted(set(range(world)) - set(results))
+        inside = [r for r in late if r in started]
+        if inside:
+            return (
+                "mean",
+                f"rank {inside[0]}'s call of your function did not finish within "
+                f"{_TIMEOUT:g} s and was stopped",
+                "a right answer takes well under a second: look for a loop that never ends (a "
+                "continue where break was meant, a while loop whose condition never changes)",
+                "timeout",
+            )
+        return (
+            "mean",
+            f"no answer from rank {late[0]} within {_TIMEOUT:g} s",
+            "the check's processes could not start: this machine may be too busy; run the "
+            "cell again",
+            "property",
+        )
+    return [results[r] for r in range(world)]
+
+
+_ORDER_HINT = (
+    "every rank must make the same collective calls on the same tensors, in the same order: "
+    "walk the parameters in the order given (a set, or sorting by id(), orders them by memory "
+    "address, which differs between processes)"
+)
+
+
+def _different_calls(sequences: list[list[str]]) -> tuple[str, str] | None:
+    """(got, hint) when two ranks made a different collective call at the same step (not merely
+    fewer calls), else ``None``."""
+    longest = max(map(len, sequences))
+    for i in range(longest):
+        made = [s[i] if i < len(s) else None for s in sequences]
+        if len(set(made)) > 1:
+            if None in made:
+                return None
+            shown = "; ".join(f"rank {r} {call}" for r, call in enumerate(made))
+            return f"the ranks made different collective calls: call {i + 1} was {shown}", (
+                _ORDER_HINT
+            )
+    return None
+
+
+def _secondary(r: dict[str, Any]) -> bool:
+    """Whether a rank's error only says that another rank left a collective (a consequence)."""
+    return any(word in r.get("raised", "").lower() for word in _LONELY_COLLECTIVE)
 
 
 def _verdict(ranks: list[dict[str, Any]], world: int) -> tuple[str, str, str] | None:
@@ -143,75 +321,115 @@ def _verdict(ranks: list[dict[str, Any]], world: int) -> tuple[str, str, str] | 
             return (
                 "mean",
                 f"the check could not start its processes ({r['setup_failed']})",
-                ("this is not your function's fault; run the cell again"),
+                "this is not your function's fault; run the cell again",
             )
     raised = [r for r in ranks if "raised" in r]
-    if (
-        raised
-        and len(raised) < len(ranks)
-        and any(word in r["raised"].lower() for r in raised for word in _LONELY_COLLECTIVE)
-    ):
+    primary = [r for r in raised if not _secondary(r)]
+    mismatch = _different_calls([list(r.get("calls", ())) for r in ranks])
+    if mismatch is not None:
+        return ("same", *mismatch)
+    if primary:  # the rank that raised first, not those left waiting for it
+        r = primary[0]
+        at = f" (at {r['raised_at']})" if r.get("raised_at") else ""
+        if "NoneType" in r["raised"] or r.get("none_passed"):
+            return (
+                "no-grad",
+                f"rank {r['rank']} raised {r['raised']}{at}",
+                "skip parameters whose .grad is None: frozen ones have no gradient, and "
+                "neither has a trainable one that this step did not use",
+            )
+        if r["raised"].startswith("SystemExit"):
+            hint = "your function called exit() or sys.exit(): return instead"
+        else:
+            hint = (
+                "the error comes from your function, at the line shown; the process group is "
+                "already set up: call torch.distributed.all_reduce(p.grad) on each gradient"
+            )
+        return ("mean", f"rank {r['rank']} raised {r['raised']}{at}", hint)
+    if raised:
         return (
             "mean",
             f"rank {raised[0]['rank']} waited in a collective that the other ranks never joined",
             "every rank must make the same collective calls, in the same order",
         )
     for r in ranks:
-        if "raised" in r and "NoneType" in r["raised"]:
-            return (
-                "no-grad",
-                f"rank {r['rank']} raised {r['raised']}",
-                "skip parameters whose .grad is None (frozen ones have no gradient)",
-            )
-        if "raised" in r:
+        if not r.get("group_alive", True):
             return (
                 "mean",
-                f"rank {r['rank']} raised {r['raised']}",
-                (
-                    "call torch.distributed.all_reduce(p.grad) on each parameter's gradient; the "
-                    "process group is already set up"
-                ),
+                f"rank {r['rank']} destroyed the process group",
+                "leave the process group alone: training goes on using it after your function "
+                "(no dist.destroy_process_group() or init_process_group() inside it)",
             )
         if r.get("lost_grad"):
             return (
                 "mean",
-                f"rank {r['rank']} set a gradient to None",
-                ("change p.grad in place (all_reduce works in place), do not replace or delete it"),
+                f"rank {r['rank']} set the gradient of {r['lost_grad'][0]} to None",
+                "change p.grad in place (all_reduce works in place), do not replace or delete it",
             )
-    tol = 1e-6
-    if all(r["err_mean"] <= tol for r in ranks):
-        pass
-    elif all(r["err_own"] <= tol for r in ranks):
+    kinds = [r["kinds"] for r in ranks]
+    names = list(kinds[0])
+    bad = [n for n in names if any(k[n] != "mean" for k in kinds)]
+    if bad:
+        half = [n for n in names if ranks[0]["dtypes"][n] == "torch.bfloat16"]
+        everything = set(bad)
+        if everything <= set(half) and all(
+            k[n] in ("own", "own/world") for k in kinds for n in bad
+        ):
+            return (
+                "mean",
+                f"the bfloat16 gradient ({bad[0]}) kept each rank's own value, the others are "
+                "the mean",
+                "the reduction ran on a copy: .float() or .to(...) of a bfloat16 gradient is a "
+                "new tensor, and all_reduce on it leaves p.grad as it was. Reduce p.grad itself, "
+                "or copy the result back with p.grad.copy_(...)",
+            )
+        every = {k[n] for k in kinds for n in names}
+        if every == {"own"} or every <= {"own", "own/world"}:
+            return (
+                "mean",
+                "every rank still has its own gradient",
+                "the ranks must exchange gradients: dist.all_reduce(p.grad) sums them across ranks",
+            )
+        if every == {"sum"}:
+            if any(r.get("reused") for r in ranks):
+                return (
+                    "mean",
+                    f"the sum of the {world} ranks' gradients: your second loop over params "
+                    "ran zero times",
+                    "params is a one-pass iterator, as model.parameters() is: the first loop "
+                    "used it up. Make a list first (params = list(params)), or divide in the "
+                    "same loop",
+                )
+            return (
+                "mean",
+                f"the sum of the {world} ranks' gradients",
+                "all_reduce sums; divide by dist.get_world_size() to get the mean",
+            )
+        if world != 2 and every == {"half"}:
+            return (
+                "world",
+                f"the sum divided by 2 with {world} ranks",
+                "divide by dist.get_world_size(), not by a fixed number of ranks",
+            )
+        good = [r["rank"] for r, k in zip(ranks, kinds, strict=True) if k[bad[0]] == "mean"]
+        others = {k[bad[0]] for k in kinds if k[bad[0]] != "mean"}
+        if good and others == {"sum"}:
+            return (
+                "mean",
+                f"the mean only on rank(s) {good}; the other ranks have the sum",
+                "every rank must divide by the world size, not only some of them",
+            )
+        if good and others <= {"own", "own/world", "other"}:
+            return (
+                "mean",
+                f"the mean only on rank(s) {good}",
+                "the other ranks did not get the result: dist.reduce (or a call on some ranks "
+                "only) leaves it on one rank; all_reduce gives it to every rank",
+            )
         return (
             "mean",
-            "every rank still has its own gradient",
-            ("the ranks must exchange gradients: dist.all_reduce(p.grad) sums them across ranks"),
-        )
-    elif all(r["err_sum"] <= tol for r in ranks):
-        return (
-            "mean",
-            f"the sum of the {world} ranks' gradients",
-            ("all_reduce sums; divide by dist.get_world_size() to get the mean"),
-        )
-    elif world != 2 and all(r["err_half"] <= tol for r in ranks):
-        return (
-            "world",
-            f"the sum divided by 2 with {world} ranks",
-            ("divide by dist.get_world_size(), not by a fixed number of ranks"),
-        )
-    elif any(r["err_mean"] <= tol for r in ranks):
-        good = [r["rank"] for r in ranks if r["err_mean"] <= tol]
-        return (
-            "mean",
-            f"the mean only on rank(s) {good}",
-            ("dist.reduce leaves the result on one rank; all_reduce gives it to every rank"),
-        )
-    else:
-        worst = max(r["err_mean"] for r in ranks)
-        return (
-            "mean",
-            f"gradients that differ from the mean by up to {worst:.3g}",
-            ("average every parameter's gradient: all_reduce (sum), then divide by the world size"),
+            f"gradients that differ from the mean (first: {bad[0]})",
+            "average every parameter's gradient: all_reduce (sum), then divide by the world size",
         )
     if any(r["grads"] != ranks[0]["grads"] for r in ranks[1:]):
         return "same", "gradients that differ between ranks", "every rank must end the same"
@@ -219,14 +437,15 @@ def _verdict(ranks: list[dict[str, Any]], world: int) -> tuple[str, str, str] | 
         return (
             "weights",
             "the weights changed",
-            ("only the gradients are averaged; the optimiser changes the weights afterwards"),
+            "only the gradients are averaged; the optimiser changes the weights afterwards",
         )
-    if not all(r["nones_left_alone"] for r in ranks):
-        return (
-            "no-grad",
-            "a gradient appeared on a frozen parameter",
-            ("skip parameters whose .grad is None"),
-        )
+    for r in ranks:
+        if r.get("new_grad"):
+            return (
+                "no-grad",
+                f"a gradient appeared on {r['new_grad'][0]}, which had none",
+                "skip parameters whose .grad is None",
+            )
     return None
 
 
@@ -234,27 +453,38 @@ def check_average_gradients(fn: Callable[[Iterable[nn.Parameter]], None]) -> Che
     """Check ``fn(params)``: after it returns, on every rank, each ``p.grad`` is the mean over
     all ranks of that gradient (what ``DistributedDataParallel`` computes), the weights are
     unchanged, and parameters without a gradient are left alone. Runs ``fn`` in 2 and then 3
-    forked processes joined by a gloo process group on 127.0.0.1."""
+    forked processes joined by a gloo process group on 127.0.0.1.
+
+    The reader writes ``fn(params)``: ``params`` iterates once over a model's parameters, as
+    ``model.parameters()`` does; among them are frozen ones and a trainable one without a
+    gradient in this step (``.grad`` is ``None``), and a bfloat16 one. Each rank must make the
+    same collective calls in the same order, leave the process group as it found it, and return
+    within :data:`_TIMEOUT` seconds."""
     names = tuple(name for _, name in _PROPERTIES)
     keys = tuple(key for key, _ in _PROPERTIES)
     failed: tuple[str, str, str, int] | None = None
     not_implemented = False
+    kind: str | None = None
     calls = 0
     if not callable(fn):
         failed = ("mean", f"a {type(fn).__name__}, not a function", "pass the function itself", 2)
+        kind = "not_callable"
     else:
         for world in (2, 3):
             ranks = _launch(fn, world)
             calls += world
-            if isinstance(ranks, str):
-                failed = ("mean", ranks, "every rank must make the same collective calls", world)
+            if isinstance(ranks, tuple):
+                failed = (*ranks[:3], world)
+                kind = ranks[3]
                 break
             if any(r.get("not_implemented") for r in ranks):
                 not_implemented = True
+                kind = "not_implemented"
                 break
             verdict = _verdict(ranks, world)
             if verdict is not None:
                 failed = (*verdict, world)
+                kind = "raised" if " raised " in verdict[1] else "property"
                 break
     if not_implemented:
         report = NOT_IMPLEMENTED_MESSAGE
@@ -273,8 +503,13 @@ def check_average_gradients(fn: Callable[[Iterable[nn.Parameter]], None]) -> Che
         index = keys.index(key)
         failed_key, failed_name = key, names[index]
         passed = names[:index]
+        headers = {**_HEADERS, "exited": "Your function ended its process."}
+        if kind in headers:
+            top = [headers[kind], f"during: property {index + 1} of {len(names)}, {failed_name}"]
+        else:
+            top = [f"Property {index + 1} of {len(names)} failed: {failed_name}"]
         lines = [
-            f"Property {index + 1} of {len(names)} failed: {failed_name}",
+            *top,
             f"input: {world} ranks of a small MLP, each with its own batch of 4",
             f"got: {got}",
             f"hint: {hint}",
@@ -291,4 +526,5 @@ def check_average_gradients(fn: Callable[[Iterable[nn.Parameter]], None]) -> Che
         not_implemented=not_implemented,
         n_calls=calls,
         report=report,
+        kind=kind,
     )
