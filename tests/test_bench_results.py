@@ -17,6 +17,7 @@ from helpers.bench_results import (
     paired_differences,
     verdict,
 )
+from tools.prose_numbers import bindings
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results.json"
@@ -103,9 +104,18 @@ def _result_numbers(runs: dict) -> set[str]:
 
 
 def _prose(path: Path) -> str:
+    """The prose of a chapter or README, less the numbers bound to a cell that computes them
+    (tools/prose_numbers.py: a test checks those against the cell's value)."""
     if path.suffix == ".ipynb":
         cells = json.loads(path.read_text())["cells"]
-        return "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+        texts = []
+        for cell in cells:
+            if cell["cell_type"] == "markdown":
+                text = "".join(cell["source"])
+                for binding in bindings(cell):
+                    text = text.replace(binding.text, " ")
+                texts.append(text)
+        return "\n".join(texts)
     # The README's generated tables are the file's own; its earlier measurements (at the end,
     # one seed, kept in the README only) are other runs, whose numbers may coincide.
     text = path.read_text().split("## Earlier measurements")[0]
