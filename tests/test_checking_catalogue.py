@@ -370,6 +370,87 @@ def rope_matrix(x: Tensor, positions: Tensor) -> Tensor:
     return (rot @ pairs[..., None])[..., 0].flatten(-2).to(x.dtype)
 
 
+# Mistakes that only inputs of another dtype, magnitude, size or layout reveal -----------------
+
+
+def avg_float64_counts(x: Tensor) -> Tensor:
+    """Counts made in float64: a float32 input comes back as float64."""
+    counts = torch.arange(1, x.shape[1] + 1, dtype=torch.float64).view(1, -1, 1)
+    return x.cumsum(dim=1) / counts
+
+
+def softmax_fill_minus_1e9(s: Tensor) -> Tensor:
+    """A large finite fill value: right until the visible scores are below it."""
+    return s.masked_fill(_future(s.shape[-1]), -1e9).softmax(dim=-1)
+
+
+def softmax_in_float32(s: Tensor) -> Tensor:
+    """softmax(..., dtype=torch.float32) for stability: float64 scores lose their dtype."""
+    return torch.softmax(s.masked_fill(_future(s.shape[-1]), -math.inf), -1, dtype=torch.float32)
+
+
+def softmax_rows_by_view(s: Tensor) -> Tensor:
+    """Every row flattened with view: fails on a non-contiguous input."""
+    T = s.shape[-1]
+    rows = s.view(-1, T).unflatten(0, s.shape[:-1]).masked_fill(_future(T), -math.inf)
+    return rows.softmax(dim=-1)
+
+
+def attn_fill_minus_1e9(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    return _scores(q, k).masked_fill(_future(q.shape[-2]), -1e9).softmax(dim=-1) @ v
+
+
+def pe_table_5000(T: int, d_model: int, base: float = 10000.0) -> Tensor:
+    """The table of the usual tutorial: built once for max_len = 5000, sliced to [:T]."""
+    return sinusoidal_encoding(5000, d_model, base)[:T]
+
+
+def rope_float32_angles(x: Tensor, positions: Tensor) -> Tensor:
+    """Angles in float32, whatever the input's dtype: float64 gets float32 precision."""
+    hs = x.shape[-1]
+    freqs = 10000.0 ** (-torch.arange(0, hs, 2, dtype=torch.float32) / hs)
+    angle = positions.float()[:, None] * freqs
+    c, s = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
+    x0, x1 = x[..., 0::2], x[..., 1::2]
+    return torch.stack([x0 * c - x1 * s, x0 * s + x1 * c], dim=-1).flatten(-2)
+
+
+_ROPE_TABLE = 10000.0 ** (-torch.arange(0, 96, 2, dtype=torch.float64) / 96)
+
+
+def rope_table_2048(x: Tensor, positions: Tensor) -> Tensor:
+    """Cosines and sines computed once for 2048 positions and indexed by position."""
+    hs = x.shape[-1]
+    freqs = 10000.0 ** (-torch.arange(0, hs, 2, dtype=torch.float64) / hs)
+    table = torch.arange(2048, dtype=torch.float64)[:, None] * freqs
+    angle = table[positions]
+    c, s = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
+    x0, x1 = x[..., 0::2], x[..., 1::2]
+    return torch.stack([x0 * c - x1 * s, x0 * s + x1 * c], dim=-1).flatten(-2)
+
+
+def rope_flattened_by_view(x: Tensor, positions: Tensor) -> Tensor:
+    """Leading dimensions merged with view: fails on a transposed (non-contiguous) input."""
+    flat = x.view(-1, x.shape[-2], x.shape[-1]).view(-1, x.shape[-1])
+    return apply_rope(flat.view(x.shape), positions)
+
+
+def block_switches_to_eval(block: Block, x: Tensor) -> Tensor:
+    block.eval()  # "no dropout while checking": the caller's block stays in eval mode
+    return block(x)
+
+
+def batch_leftover_seed(d: Tensor, b: int, n: int, generator: torch.Generator) -> Any:
+    torch.manual_seed(1337)  # left from a notebook cell; the draws use the generator
+    return _batch(d, b, n, generator)
+
+
+def cached_fill_minus_1e9(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    T_new, T = q.shape[-2], k.shape[-2]
+    visible = causal_mask(T_new, T_past=T - T_new)
+    return _cached_scores(q, k).masked_fill(~visible, -1e9).softmax(dim=-1) @ v
+
+
 # --------------------------------------------------------------------------------------------
 # The catalogue: {checker: {label: (answer, property key, a fragment of the hint)}}
 # --------------------------------------------------------------------------------------------
@@ -381,6 +462,7 @@ WRONG: dict[str, dict[str, tuple[Any, str, str]]] = {
         "no_grad": (no_grad(avg_cumsum), "mean", GRAD),
         "through_numpy": (via_numpy(avg_cumsum), "mean", "NumPy has no bfloat16"),
         "overwrites_input": (avg_in_place, "shape", IN_PLACE),
+        "float64_for_float32": (avg_float64_counts, "mean", "returns float64 for a float32"),
     },
     "causal_softmax": {
         "masks_by_value": (softmax_mask_by_value, "future_zero", NAN),
@@ -394,6 +476,9 @@ WRONG: dict[str, dict[str, tuple[Any, str, str]]] = {
             "shape",
             "log_softmax",
         ),
+        "fills_with_minus_1e9": (softmax_fill_minus_1e9, "future_zero", "such as -1e9"),
+        "float32_for_float64": (softmax_in_float32, "future_zero", "returns float32 for a float64"),
+        "rows_by_view": (softmax_rows_by_view, "softmax", "view() needs a contiguous tensor"),
     },
     "causal_attention": {
         "masks_by_value": (attn_mask_by_value, "weights_sum", NAN),
@@ -411,6 +496,7 @@ WRONG: dict[str, dict[str, tuple[Any, str, str]]] = {
         ),
         "through_numpy": (via_numpy(attention_loop), "matches_torch", "NumPy has no bfloat16"),
         "overwrites_input": (attn_in_place, "shape", IN_PLACE),
+        "fills_with_minus_1e9": (attn_fill_minus_1e9, "matches_torch", "such as -1e9"),
     },
     "scaled_scores": {
         "standardised": (scores_standardised, "rows_and_columns", NEUTRAL),
@@ -431,6 +517,7 @@ WRONG: dict[str, dict[str, tuple[Any, str, str]]] = {
         "positions_from_1": (pe_from_one, "formula", "positions 1..T"),
         "renamed_base": (pe_renamed_base, "shift", "keep its parameter names"),
         "ignores_base": (pe_ignores_base, "shift", "ignores the base argument"),
+        "table_of_5000": (pe_table_5000, "bounded", "computed in advance"),
     },
     "get_batch": {
         "reseeds_global_state": (batch_reseeds_global, "shape", "no torch.manual_seed"),
@@ -438,6 +525,7 @@ WRONG: dict[str, dict[str, tuple[Any, str, str]]] = {
         "reseeds_the_generator": (batch_reseeds_generator, "reproducible", "same batch"),
         "renamed_generator": (batch_renamed, "shape", "passes generator=... by keyword"),
         "overwrites_data": (batch_in_place, "shape", IN_PLACE),
+        "leftover_global_seed": (batch_leftover_seed, "shape", "no torch.manual_seed"),
     },
     "block_forward": {
         "detached_branch": (block_detached_branch, "matches_block", GRAD_VALUES),
@@ -445,6 +533,7 @@ WRONG: dict[str, dict[str, tuple[Any, str, str]]] = {
         "overwrites_input": (block_in_place, "shape", IN_PLACE),
         "overwrites_weights": (block_edits_weights, "shape", "ln_1.weight"),
         "output_cached_by_shape": (by_shape(lambda block, x: block(x)), "residual", NEUTRAL),
+        "switches_to_eval": (block_switches_to_eval, "shape", "Leave the module's mode"),
     },
     "cached_attention": {
         "masks_by_value": (cached_mask_by_value, "shape", NAN),
@@ -452,12 +541,16 @@ WRONG: dict[str, dict[str, tuple[Any, str, str]]] = {
         "fixed_mask_sliced": (cached_fixed_mask, "shape", "your function raised"),
         "output_cached_by_shape": (by_shape(cached_book), "no_cache", NEUTRAL),
         "overwrites_cache": (cached_in_place, "shape", IN_PLACE),
+        "fills_with_minus_1e9": (cached_fill_minus_1e9, "with_cache", "such as -1e9"),
     },
     "rope": {
         "ignores_positions": (rope_ignores_positions, "identity", "positions 0..T-1"),
         "output_cached_by_shape": (by_shape(apply_rope), "identity", NEUTRAL),
         "no_grad": (no_grad(apply_rope), "reference", GRAD),
         "overwrites_input": (rope_in_place, "shape", IN_PLACE),
+        "float32_angles": (rope_float32_angles, "reference", "only to about float32 precision"),
+        "table_of_2048": (rope_table_2048, "reference", "IndexError"),
+        "flattened_by_view": (rope_flattened_by_view, "reference", "view() needs a contiguous"),
     },
 }
 

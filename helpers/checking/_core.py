@@ -914,12 +914,12 @@ def _expect_close(
     problem = _differ(got, expected, atol=atol, rtol=rtol)
     if problem is None:
         return
-    if dtype == torch.float64 and _differ(got, expected, atol=1e-5, rtol=1e-4) is None:
+    if dtype == torch.float64 and _differ(got, expected, atol=1e-3, rtol=1e-3) is None:
         hint = (
-            "Your output for this float64 input is right only to about float32 precision "
-            "(7 digits): some step runs in float32 (.float(), a constant tensor made without "
-            "dtype=x.dtype, angles or frequencies computed in float32). Compute in the input's "
-            "dtype, so that float64 gives float64 precision."
+            "Your output for this float64 input is close to the answer but right only to about "
+            "float32 precision: some step runs in float32 (.float(), a constant tensor made "
+            "without dtype=x.dtype, angles or frequencies computed in float32). Compute in the "
+            "input's dtype, so that float64 gives float64 precision."
         )
         raise _Mismatch(f"{what} (to float64 precision, 1e-9)", problem, hint)
     raise _Mismatch(what, problem, _mistake_hint(got, mistakes, hint, atol=atol, rtol=rtol))

@@ -99,6 +99,12 @@ def check_causal_softmax(fn: Callable[[torch.Tensor], torch.Tensor]) -> CheckRes
         masked = sd.masked_fill(~visible, -math.inf)
         return [
             (
+                "Your weights match masking the future with a finite number such as -1e9: when "
+                "every visible score is below it, the future keys outweigh them. Fill with "
+                "float('-inf'), which is below every score.",
+                lambda: sd.masked_fill(~visible, -1e9).softmax(dim=-1) if sd.max() < -1e9 else None,
+            ),
+            (
                 "Your weights match a softmax with no mask: set the scores of the keys after "
                 "each query to -inf before the softmax.",
                 lambda: sd.softmax(dim=-1),
@@ -126,12 +132,6 @@ def check_causal_softmax(fn: Callable[[torch.Tensor], torch.Tensor]) -> CheckRes
             (
                 "Your weights match log_softmax: the weights are softmax(...), not its log.",
                 lambda: masked.log_softmax(dim=-1),
-            ),
-            (
-                "Your weights match masking the future with a finite number such as -1e9: when "
-                "every visible score is below it, the future keys outweigh them. Fill with "
-                "float('-inf'), which is below every score.",
-                lambda: sd.masked_fill(~visible, -1e9).softmax(dim=-1) if sd.max() < -1e9 else None,
             ),
         ]
 

@@ -57,7 +57,7 @@ def check_cached_attention(
     # "zero q" makes every score exactly 0 (uniform weights over the visible keys), "large"
     # gives scores of a few hundred, where exp overflows float32.
     fresh = [(2, 2, 0, 1, 8), (2, 2, 0, 5, 8), (1, 1, 0, 3, 4)]
-    cached = [(1, 3, 5, 1, 8), (2, 2, 6, 3, 8), (1, 1, 2100, 5, 4), (2, 2, 1, 2, 8)]
+    cached = [(2, 3, 5, 1, 8), (2, 2, 6, 3, 8), (1, 1, 2100, 5, 4), (2, 2, 1, 2, 8)]
     # "below -1e9": every score -1e10 (a finite fill value such as -1e9 would outweigh the
     # visible keys); "buffer": k and v are the first T rows of a cache allocated in advance for
     # more, so they are not contiguous; float64 (to float64 precision) and bfloat16 inputs.
@@ -65,7 +65,7 @@ def check_cached_attention(
         (1, 1, 0, 3, 4): "zero q",
         (2, 2, 6, 3, 8): "large",
         (2, 2, 1, 2, 8): "below -1e9",
-        (1, 3, 5, 1, 8): "buffer",
+        (2, 3, 5, 1, 8): "buffer",
         (2, 2, 0, 1, 8): "float64",
         (2, 2, 0, 5, 8): "bfloat16",
     }
