@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import math
 import sys
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -24,6 +26,7 @@ from test_checking import (
     _batch,
     _check,
     _future,
+    assert_header,
     attention_loop,
     avg_cumsum,
     batch_book,
@@ -35,6 +38,7 @@ from test_checking import (
     split_book,
 )
 
+import helpers.checking._core as core
 from helpers.checking import check_get_batch, check_split_heads
 from helpers.masking import causal_mask
 from helpers.model import Block
@@ -567,6 +571,43 @@ RIGHT: dict[str, dict[str, Any]] = {
     "rope": {"rotation_matrices": rope_matrix, "complex": rope_complex},
 }
 
+# What went wrong, for the wrong answers that do not simply fail a property: the report says
+# so first ("Your function raised an exception.", "... returned nan or inf.", ...).
+KIND: dict[tuple[str, str], str] = {
+    ("running_average", "fixed_mask_sliced"): "raised",
+    ("running_average", "through_numpy"): "raised",
+    ("running_average", "overwrites_input"): "changed_input",
+    ("causal_softmax", "masks_by_value"): "nan",
+    ("causal_softmax", "no_max_subtracted"): "nan",
+    ("causal_softmax", "one_max_for_the_tensor"): "nan",
+    ("causal_softmax", "fixed_mask_sliced"): "raised",
+    ("causal_softmax", "log_softmax"): "nan",
+    ("causal_softmax", "rows_by_view"): "raised",
+    ("causal_attention", "masks_by_value"): "nan",
+    ("causal_attention", "no_max_subtracted"): "nan",
+    ("causal_attention", "fixed_mask_sliced"): "raised",
+    ("causal_attention", "dropout"): "side_effect",
+    ("causal_attention", "through_numpy"): "raised",
+    ("causal_attention", "overwrites_input"): "changed_input",
+    ("scaled_scores", "overwrites_input"): "changed_input",
+    ("split_heads", "merge_overwrites_input"): "changed_input",
+    ("sinusoidal_encoding", "renamed_base"): "raised",
+    ("get_batch", "reseeds_global_state"): "side_effect",
+    ("get_batch", "renamed_generator"): "raised",
+    ("get_batch", "overwrites_data"): "changed_input",
+    ("get_batch", "leftover_global_seed"): "side_effect",
+    ("block_forward", "overwrites_input"): "changed_input",
+    ("block_forward", "overwrites_weights"): "changed_input",
+    ("block_forward", "switches_to_eval"): "changed_input",
+    ("cached_attention", "masks_by_value"): "nan",
+    ("cached_attention", "no_max_subtracted"): "nan",
+    ("cached_attention", "fixed_mask_sliced"): "raised",
+    ("cached_attention", "overwrites_cache"): "changed_input",
+    ("rope", "overwrites_input"): "changed_input",
+    ("rope", "table_of_2048"): "raised",
+    ("rope", "flattened_by_view"): "raised",
+}
+
 # The hints given to the wrong answers of test_checking's tables.
 HINTS: dict[str, dict[str, str]] = {
     "running_average": {
@@ -703,8 +744,12 @@ def test_rejects_what_is_wrong_in_general(
     out = capsys.readouterr().out
     assert not result, f"{label!r} was accepted:\n{out}"
     assert result.failed_key == key, f"{label!r} failed on {result.failed_key!r}:\n{out}"
+    assert result.kind == KIND.get((name, label), "property"), out
+    assert_header(result, out)
     _assert_hint(name, out, fragment)
     assert "Traceback" not in out
+    if result.kind == "raised" and "by keyword" not in out:  # the answer's line that raised
+        assert "\n  at:       line " in out, out
 
 
 @pytest.mark.parametrize(
@@ -800,3 +845,169 @@ def test_close_numbers_are_shown_with_the_digits_that_differ(
     got = out.split("got:")[1].split(" at index")[0].strip()
     expected = out.split("where ")[1].split(" is expected")[0]
     assert got != expected, out
+
+
+# --------------------------------------------------------------------------------------------
+# Reports that say what went wrong: raised, nan, changed input, side effect, not a function,
+# did not finish; and the time limit of every call
+# --------------------------------------------------------------------------------------------
+
+
+def _loops_forever(x: Tensor) -> Tensor:
+    total = x.clone()
+    t = 1
+    while t < x.shape[1]:
+        if t % 2 == 0:
+            continue  # meant to be break: t never changes again
+        total[:, t] += total[:, t - 1]
+        t += 1
+    return total
+
+
+@pytest.mark.parametrize("signals", [True, False], ids=["sigalrm", "daemon_thread"])
+def test_a_function_that_never_returns_is_stopped(
+    signals: bool, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(core, "CALL_TIME_LIMIT", 0.5)
+    monkeypatch.setattr(core, "_USE_SIGNALS", signals)
+    result = _check("running_average", _loops_forever)
+    out = capsys.readouterr().out
+    assert not result and result.kind == "timeout" and result.failed_key == "shape"
+    assert out.startswith("Your function did not finish in time.\n  during:   property 1 of 5")
+    assert "did not finish within 0.5 s and was stopped" in out
+    assert "a continue where break was meant" in out
+
+
+def test_all_the_calls_of_a_check_share_a_time_limit(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def slow(x: Tensor) -> Tensor:
+        time.sleep(0.2)
+        return avg_cumsum(x)
+
+    monkeypatch.setattr(core, "CHECK_TIME_LIMIT", 0.5)
+    result = _check("running_average", slow)
+    out = capsys.readouterr().out
+    assert not result and result.kind == "timeout"
+    assert "took more than 0.5 s in all" in out
+
+
+def test_the_daemon_thread_keeps_the_callers_gradient_mode(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Off the main thread (or without SIGALRM) the call runs in a thread of its own; autograd's
+    mode is per thread, so the checks with gradients on must still see them."""
+    monkeypatch.setattr(core, "_USE_SIGNALS", False)
+    assert _check("running_average", avg_cumsum), capsys.readouterr().out
+    assert _check("rope", apply_rope), capsys.readouterr().out
+
+
+def test_a_check_run_outside_the_main_thread_is_bounded_too(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(core, "CALL_TIME_LIMIT", 0.5)
+    results: list[Any] = []
+    thread = threading.Thread(
+        target=lambda: results.append(_check("running_average", _loops_forever))
+    )
+    thread.start()
+    thread.join()
+    capsys.readouterr()
+    assert results and results[0].kind == "timeout"
+
+
+def _raises_in_a_helper(x: Tensor) -> Tensor:
+    weights = torch.ones(x.shape[1], x.shape[1]).tril()
+    return _divide_rows(weights) @ x
+
+
+def _divide_rows(weights: Tensor) -> Tensor:
+    return weights / weights.sum(dim=2, keepdim=True)  # weights has two dimensions
+
+
+class _Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no message")
+
+
+def _raises_unprintable(x: Tensor) -> Tensor:
+    raise _Unprintable
+
+
+def test_an_exception_is_reported_with_the_line_that_raised_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    result = _check("running_average", _raises_in_a_helper)
+    out = capsys.readouterr().out
+    assert result.kind == "raised" and out.startswith("Your function raised an exception.\n")
+    assert "got:      your function raised IndexError: Dimension out of range" in out
+    # The innermost line of the reader's code, not torch's.
+    assert "at:       line " in out and "of _divide_rows: return weights / weights.sum" in out
+
+
+def test_an_exception_that_cannot_be_printed_is_still_reported(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    result = _check("causal_softmax", _raises_unprintable)
+    out = capsys.readouterr().out
+    assert result.kind == "raised"
+    assert "raised _Unprintable: (its message cannot be printed" in out
+    assert "raise _Unprintable" in out
+
+
+def test_a_float_mask_gets_the_hint_of_its_error(capsys: pytest.CaptureFixture[str]) -> None:
+    def float_mask(s: Tensor) -> Tensor:
+        future = torch.ones(s.shape[-2:]).triu(1)  # floats, not booleans
+        return s.masked_fill(future, -math.inf).softmax(dim=-1)
+
+    result = _check("causal_softmax", float_mask)
+    out = capsys.readouterr().out
+    assert result.kind == "raised" and "masked_fill needs a boolean mask" in out
+    assert "Keep every dimension" not in out
+
+
+def test_each_failure_has_its_own_first_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """nan, an edited input, a value that is not a function and a wrong property are reported as
+    four different things, not all as the first property failing."""
+    nan = _check("causal_softmax", lambda s: torch.full_like(s, math.nan))
+    edited = _check("causal_softmax", lambda s: s.masked_fill_(_future(s.shape[-1]), -math.inf))
+    not_fn = _check("causal_softmax", torch.zeros(3))
+    wrong = _check("causal_softmax", lambda s: s.softmax(dim=-1))
+    capsys.readouterr()
+    assert [r.kind for r in (nan, edited, not_fn, wrong)] == [
+        "nan",
+        "changed_input",
+        "not_callable",
+        "property",
+    ]
+    assert nan.report.startswith("Your function returned nan or inf.\n")
+    assert edited.report.startswith("Your function changed its input.\n")
+    assert not_fn.report.startswith(
+        "The check needs your function itself, and it was given an object of type Tensor."
+    )
+    assert wrong.report.startswith("Property 2 of 4 failed: future keys get weight exactly 0")
+    assert "Property" not in not_fn.report
+
+
+def test_state_kept_between_calls_is_found(capsys: pytest.CaptureFixture[str]) -> None:
+    """A function right on every input the first time, that answers differently when it is
+    given an input again (here: it counts its calls and gives up after 30)."""
+    calls = {"n": 0}
+
+    def counts_calls(x: Tensor) -> Tensor:
+        calls["n"] += 1
+        return avg_cumsum(x) * (1.0 if calls["n"] <= 17 else 2.0)
+
+    result = _check("running_average", counts_calls)
+    out = capsys.readouterr().out
+    assert result.kind == "side_effect" and result.failed_key == "mean"
+    assert "another result the second time it was given its first input" in out
+    assert "keeps state between calls" in out
+
+
+def test_the_success_line_counts_inputs_not_the_repeated_call(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    result = _check("running_average", avg_cumsum)
+    capsys.readouterr()
+    assert result.n_calls == 17 and "(checked on 17 seeded inputs" in result.report
