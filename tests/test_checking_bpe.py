@@ -121,6 +121,35 @@ def raises(ids, merges):  # type: ignore[no-untyped-def]
     return [merges[(ids[0], ids[1])]]
 
 
+def joins_digits_with_spaces(ids, merges):  # type: ignore[no-untyped-def]
+    """Every merge in rank order, by string replacement on the joined ids: '169 97' contains
+    '69 97', so a merge of (69, 97) also fires inside 169."""
+    text = " ".join(map(str, ids))
+    for (a, b), new in merges.items():
+        text = text.replace(f"{a} {b}", str(new))
+    return [int(t) for t in text.split()]
+
+
+def three_digits_per_id(ids, merges):  # type: ignore[no-untyped-def]
+    """Ids written with three digits each and glued: right while every id is below 1000."""
+    text = "".join(f"{i:03d}" for i in ids)
+    for (a, b), new in merges.items():
+        text = text.replace(f"{a:03d}{b:03d}", f"{new:03d}")
+    return [int(text[i : i + 3]) for i in range(0, len(text), 3)]
+
+
+def pops_used_merges(ids, merges):  # type: ignore[no-untyped-def]
+    """Removes each merge once applied, from the caller's dict."""
+    ids = list(ids)
+    while len(ids) >= 2:
+        ranks = {p: r for r, p in enumerate(merges)}
+        pair = min(zip(ids, ids[1:], strict=False), key=lambda p: ranks.get(p, len(ranks)))
+        if pair not in merges:
+            break
+        ids = merge(ids, pair, merges.pop(pair))
+    return ids
+
+
 WRONG = {
     "newest_first": (newest_first, "rank_order", "newest merges first"),
     "one_merge": (stops_after_one_merge, "rank_order", "merge once and stop"),
@@ -131,6 +160,9 @@ WRONG = {
     "in_place": (edits_in_place, "decodes", "in place"),
     "string": (returns_a_string, "shape", ".tolist()"),
     "raises": (raises, "shape", None),
+    "joins_digits_with_spaces": (joins_digits_with_spaces, "rank_order", "glued together as text"),
+    "three_digits_per_id": (three_digits_per_id, "rank_order", "glued together as text"),
+    "pops_used_merges": (pops_used_merges, "decodes", "Leave merges as it is"),
 }
 
 
@@ -141,7 +173,7 @@ def test_wrong_answers_fail_with_their_hint(name: str) -> None:
     assert not result
     assert result.failed_key == key, result.report
     if fragment is not None:
-        assert fragment in result.report, result.report
+        assert fragment in " ".join(result.report.split()), result.report
     assert "Traceback" not in result.report
 
 

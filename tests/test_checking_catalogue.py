@@ -400,6 +400,14 @@ def softmax_rows_by_view(s: Tensor) -> Tensor:
     return rows.softmax(dim=-1)
 
 
+def softmax_divides_in_place(s: Tensor) -> Tensor:
+    """Right numbers, but the division overwrites exp's output, which backward needs."""
+    m = s.masked_fill(_future(s.shape[-1]), -math.inf)
+    e = torch.exp(m - m.amax(dim=-1, keepdim=True))
+    e /= e.sum(dim=-1, keepdim=True)
+    return e
+
+
 def attn_fill_minus_1e9(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     return _scores(q, k).masked_fill(_future(q.shape[-2]), -1e9).softmax(dim=-1) @ v
 
@@ -483,6 +491,11 @@ WRONG: dict[str, dict[str, tuple[Any, str, str]]] = {
         "fills_with_minus_1e9": (softmax_fill_minus_1e9, "future_zero", "such as -1e9"),
         "float32_for_float64": (softmax_in_float32, "future_zero", "returns float32 for a float64"),
         "rows_by_view": (softmax_rows_by_view, "softmax", "view() needs a contiguous tensor"),
+        "divides_in_place": (
+            softmax_divides_in_place,
+            "softmax",
+            "overwrote a value that backward",
+        ),
     },
     "causal_attention": {
         "masks_by_value": (attn_mask_by_value, "weights_sum", NAN),

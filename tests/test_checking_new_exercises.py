@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import torch
 import torch.nn.functional as F
+from test_checking import assert_header
 
 from helpers.checking import (
     NOT_IMPLEMENTED_MESSAGE,
@@ -98,6 +99,12 @@ LOSS_WRONG: dict[str, tuple[Callable[..., Any], str, str]] = {
         "nll_loss on the raw logits",
     ),
     "no_max_subtracted": (loss_no_max, "matches", NAN),
+    # float32 "to be safe": float64 logits give a float32 loss.
+    "float32_for_float64": (
+        lambda lg, t: F.cross_entropy(lg.float().reshape(-1, lg.shape[-1]), t.reshape(-1)),
+        "matches",
+        "returns float32 for a float64 input",
+    ),
     "per_sequence_sum": (loss_per_sequence_sum, "uniform", NEUTRAL),
     "through_numpy": (
         lambda lg, t: torch.from_numpy(loss_book(lg, t).detach().numpy()),
@@ -192,6 +199,26 @@ LN_WRONG: dict[str, tuple[Callable[..., Any], str, str]] = {
     ),
     "naive_variance": (ln_naive_variance, "matches", NEUTRAL),
     "no_grad": (torch.no_grad()(ln_book), "matches", GRAD),
+    # A default that differs from the one specified: invisible unless the variance is tiny.
+    "default_eps_1e-6": (
+        lambda x, w, b, eps=1e-6: _ln(x, w, b, var=_biased(x), eps=eps),
+        "matches",
+        "eps = 1e-06 when no eps is passed",
+    ),
+    # eps as a floor for the variance: the same as adding it while the variance is large.
+    "eps_as_a_floor": (
+        lambda x, w, b, eps=1e-5: (
+            (x - x.mean(-1, keepdim=True)) / _biased(x).clamp(min=eps).sqrt() * w + b
+        ),
+        "matches",
+        "eps used as a floor",
+    ),
+    # Computed in float32 "for stability" and not cast back: bfloat16 comes back as float32.
+    "float32_for_bfloat16": (
+        lambda x, w, b, eps=1e-5: F.layer_norm(x.float(), x.shape[-1:], w.float(), b.float(), eps),
+        "shape",
+        "returns float32 for a bfloat16 input",
+    ),
     "normalises_in_place": (
         lambda x, w, b, eps=1e-5: ln_book(x.sub_(x.mean(-1, keepdim=True)), w, b, eps),
         "shape",
@@ -251,6 +278,22 @@ POS_WRONG: dict[str, tuple[Callable[..., Any], str, str]] = {
         "generation",
         "one too far",
     ),
+    # Positions past the last one wrapped around to 0, where the model raises.
+    "wraps_past_block_size": (
+        lambda m, i, T_past: (
+            m.tok_emb(i)
+            + m.pos_emb.weight[
+                torch.arange(T_past, T_past + i.shape[1]) % m.pos_emb.weight.shape[0]
+            ]
+        ),
+        "offset",
+        "wrap the positions past block_size - 1",
+    ),
+    "switches_to_eval": (
+        lambda m, i, T_past: (m.eval(), pos_book(m, i, T_past))[1],
+        "shape",
+        "Leave the module's mode",
+    ),
     "edits_the_model": (
         lambda m, i, T_past: (m.pos_emb.weight.data.mul_(1.0001), pos_book(m, i, T_past))[1],
         "shape",
@@ -300,6 +343,7 @@ def test_rejects_each_mistake_with_its_hint(
     out = capsys.readouterr().out
     assert not result, f"{label!r} was accepted:\n{out}"
     assert result.failed_key == key, f"{label!r} failed on {result.failed_key!r}:\n{out}"
+    assert_header(result, out)
     hint = _hint(out)
     if fragment == NEUTRAL:
         assert not (hint.startswith("Your ") and " match" in hint.split(":")[0]), out

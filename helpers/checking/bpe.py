@@ -187,16 +187,19 @@ def check_bpe_encode(fn: Callable[[list[int], dict[tuple[int, int], int]], Any])
         got = call(s, ids, merges, what)
         want = _reference(list(ids), merges)
         if got != want:
-            raise _Mismatch(str(want), str(got), _diagnose(got, ids, merges) or _foreign(got))
+            hint = _diagnose(got, ids, merges) or _foreign(got, ids)
+            raise _Mismatch(str(want), str(got), hint)
 
-    def _foreign(got: list[int]) -> str | None:
-        """A hint when the output holds ids that no merge makes: numbers glued together."""
-        known = set(range(256)) | set(tok_vocab)
+    def _foreign(got: list[int], ids: list[int]) -> str | None:
+        """A hint when the output holds ids that neither the input nor a merge has: numbers
+        taken apart and glued together (a merge never makes a byte)."""
+        known = set(ids) | set(tok_vocab)
         strangers = [i for i in got if i not in known]
         if not strangers:
             return None
         return (
-            f"Your output holds {strangers[0]}, an id that no merge makes: the ids were taken "
+            f"Your output holds {strangers[0]}, an id that neither the input nor a merge has: "
+            "the ids were taken "
             "apart and glued together as text (joined digits, str.replace on the joined ids). "
             "That works only while no id's digits end or start another's ('169 97' contains "
             "'69 97') and every id has as many digits: work on the list of ints."

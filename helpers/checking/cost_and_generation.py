@@ -324,7 +324,7 @@ def check_cached_positions(fn: Callable[[Any, torch.Tensor, int], torch.Tensor])
 
     def call(s: _Session, model: Any, idx: torch.Tensor, T_past: int, what: str) -> Any:
         out = s.call(fn, model, idx, T_past, input=what)
-        return _tensor_out(out, (*idx.shape, 16))
+        return _tensor_out(out, (*idx.shape, 16), dtype=model.tok_emb.weight.dtype)
 
     def shape(s: _Session) -> None:
         for B, T_new, T_past, seed in ((2, 5, 0, 1), (1, 1, 7, 2), (3, 2, 4, 3)):
