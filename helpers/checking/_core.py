@@ -90,7 +90,8 @@ class CheckResult:
             or inf), ``"changed_input"`` (it changed an argument in place), ``"side_effect"``
             (it changed torch's global random state or kept state between calls),
             ``"timeout"`` (it did not finish in time), ``"not_callable"`` (the check was given
-            something that is not a function) or ``"not_implemented"``.
+            something that is not a function), ``"exited"`` (it ended its process: the
+            distributed check only) or ``"not_implemented"``.
     """
 
     checker: str
@@ -340,7 +341,8 @@ class _Session:
         code cannot change the checker's reference, and is reported); ``input`` describes them
         for the report. Any exception but ``KeyboardInterrupt`` becomes part of the report,
         ``SystemExit`` included; so does a call that does not return in time, a change of
-        torch's global random state, and an edit of an argument."""
+        torch's global random state, and an edit of an argument. ``_repeat`` marks a call on an
+        input given before (to find state kept between calls): it is not counted as an input."""
         self.input = input
         if not callable(fn):
             raise _NotCallable(fn)
