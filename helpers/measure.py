@@ -4,8 +4,9 @@ Defined in chapter 9, "The cost of attention and fast generation".
 
 ``median_time`` (median of several runs after a warm-up), ``TensorMemoryTracker`` /
 ``peak_tensor_bytes`` (a deterministic count of the bytes of tensors alive at once during a
-call), ``profile_ops`` (``torch.profiler``'s per-operator table, without its log lines) and
-``loglog_slope`` (the exponent of a power law).
+call), ``allocator_peak_bytes`` (the same peak seen by PyTorch's CPU allocator, scratch space
+inside fused kernels included), ``profile_ops`` (``torch.profiler``'s per-operator table,
+without its log lines) and ``loglog_slope`` (the exponent of a power law).
 """
 
 from __future__ import annotations
@@ -146,6 +147,36 @@ def peak_tensor_bytes(fn: Callable[[], Any]) -> int:
     with TensorMemoryTracker() as tracker:
         fn()
     return tracker.peak
+
+
+def allocator_peak_bytes(fn: Callable[[], Any]) -> int:
+    """Peak bytes allocated by PyTorch's CPU allocator while ``fn()`` runs, relative to the start.
+
+    ``torch.profiler`` with ``profile_memory=True`` records every allocation and every free of
+    the CPU allocator, with its size and time, including the private buffers a fused kernel
+    allocates inside itself, which ``TensorMemoryTracker`` cannot see. Replaying them in order
+    gives the most bytes allocated at any one moment. Like the tracker's count it is
+    deterministic: it counts requested bytes, not the pages the operating system hands out, and
+    it ignores memory not obtained through PyTorch's allocator (a BLAS library's own buffers).
+    For code that allocates only the tensors its operators return, it equals
+    ``peak_tensor_bytes(fn)``, up to the few bytes of Python numbers wrapped as scalar tensors.
+    Run single-threaded: per-thread buffers scale with the threads.
+
+    Raises:
+        RuntimeError: if this PyTorch's profiler does not expose its memory events.
+    """
+    with _silenced_stderr():
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            fn()
+    results = getattr(prof.profiler, "kineto_results", None)
+    if results is None:
+        raise RuntimeError("this PyTorch's profiler does not expose its memory events")
+    events = sorted((e.start_ns(), e.nbytes()) for e in results.events() if e.name() == "[memory]")
+    current = peak = 0
+    for _, nbytes in events:
+        current += nbytes  # negative for a free
+        peak = max(peak, current)
+    return peak
 
 
 def loglog_slope(x: Sequence[float], y: Sequence[float]) -> float:

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from helpers.attention import scaled_dot_product_attention
 from helpers.measure import (
     TensorMemoryTracker,
+    allocator_peak_bytes,
     loglog_slope,
     median_time,
     peak_tensor_bytes,
@@ -111,3 +112,30 @@ def test_loglog_slope() -> None:
         loglog_slope([1, 2], [0, 1])
     with pytest.raises(ValueError, match="all x values are equal"):
         loglog_slope([2, 2], [1, 3])
+
+
+def test_allocator_peak_sees_what_the_tracker_sees_and_kernel_scratch() -> None:
+    assert allocator_peak_bytes(lambda: torch.ones(1000)) == 4000
+
+    def chain() -> torch.Tensor:
+        y = torch.ones(1000)
+        for _ in range(5):
+            y = y + 1  # at most two alive at once
+        return y
+
+    assert peak_tensor_bytes(chain) == 8000
+    # the allocator also sees the few bytes of each Python number wrapped as a scalar tensor
+    assert 8000 <= allocator_peak_bytes(chain) < 8000 + 100
+    g = torch.Generator().manual_seed(0)
+    q, k, v = torch.randn(3, 1, 2, 1024, 16, generator=g).unbind(0)
+
+    def explicit() -> torch.Tensor:
+        return scaled_dot_product_attention(q, k, v, is_causal=True)[0]
+
+    def fused() -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    torch.set_num_threads(1)
+    assert allocator_peak_bytes(explicit) == peak_tensor_bytes(explicit)
+    # the fused kernel's private blocks of scores: invisible to the tracker, not to the allocator
+    assert allocator_peak_bytes(fused) > peak_tensor_bytes(fused) + 100_000
