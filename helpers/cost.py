@@ -84,6 +84,22 @@ def attention_pairs(T: int, *, causal: bool = False, blocks: tuple[int, int] | N
     return pairs
 
 
+def cpu_kernel_blocks(T: int) -> tuple[int, int]:
+    """``(q_block, kv_block)`` of PyTorch's CPU flash-attention kernel for float32 at length ``T``.
+
+    By our reading of ``aten/src/ATen/native/cpu/FlashAttentionKernel.cpp`` (PyTorch 2.x): query
+    blocks of 256 from 768 tokens on, of 64 from 192, of 32 below; key blocks of 512. Pass the
+    result as ``attention_pairs(T, causal=True, blocks=cpu_kernel_blocks(T))`` to count the
+    pairs that kernel computes. This is a model of the kernel, not a measurement: chapter 9
+    compares it with the kernel's timings.
+
+    Raises:
+        ValueError: if ``T`` is not a positive int.
+    """
+    T = check_positive_int("T", T, what="the sequence length")
+    return (256 if T >= 768 else 64 if T >= 192 else 32), 512
+
+
 def param_count(config: GPTConfig, *, non_embedding: bool = False) -> int:
     """Number of parameters of ``helpers.model.GPT(config)``, from the configuration alone.
 

@@ -10,6 +10,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from helpers.cost import (
     attention_pairs,
+    cpu_kernel_blocks,
     flops_breakdown,
     flops_per_new_token,
     forward_flops,
@@ -119,6 +120,23 @@ def test_attention_pairs_limits() -> None:
         assert attention_pairs(T, causal=True, blocks=(T, T)) == attention_pairs(T) == T * T
     # PyTorch's CPU kernel at T = 4096 (query blocks of 256, key blocks of 512): 9/16 of dense
     assert attention_pairs(4096, causal=True, blocks=(256, 512)) == 9 * 4096**2 // 16
+
+
+def test_cpu_kernel_blocks() -> None:
+    assert [cpu_kernel_blocks(T)[0] for T in (1, 191, 192, 767, 768, 4096)] == [
+        32,
+        32,
+        64,
+        64,
+        256,
+        256,
+    ]
+    assert {cpu_kernel_blocks(T)[1] for T in (1, 768, 10_000)} == {512}
+    # one key block up to 512 tokens: the kernel's causal path computes every pair
+    assert attention_pairs(512, causal=True, blocks=cpu_kernel_blocks(512)) == 512**2
+    assert attention_pairs(1024, causal=True, blocks=cpu_kernel_blocks(1024)) == 3 * 1024**2 // 4
+    with pytest.raises(ValueError, match="T"):
+        cpu_kernel_blocks(0)
 
 
 @pytest.mark.parametrize("T_past", [0, 5, 30])
