@@ -444,10 +444,11 @@ def test_gpt2_same_ids_on_assigned_characters(text: str) -> None:
 
 def test_ascii_pattern_mutant_fails_on_gpt2s_vocabulary(monkeypatch: pytest.MonkeyPatch) -> None:
     # With an ASCII-trained vocabulary the mutant gave the same ids; GPT-2's merges join bytes
-    # of non-ASCII letters, so cutting "über" as " ", "ü", "ber" now changes the ids.
+    # of non-ASCII letters, so cutting " café" as " caf", "é" (one token: 40304) changes them.
     assert all(_agrees_with_tokenizers(t) for t in GPT2_CORPUS)
     monkeypatch.setattr(bpe, "_GPT2_RE", regex.compile(ASCII_PATTERN))
-    assert pre_tokenize("café") == ["caf", "é"]  # the mutant is in place
+    assert pre_tokenize(" café") == [" caf", "é"]  # the mutant is in place
+    assert _gpt2().encode(" café") == [19945, 2634]  # " caf", "é" instead of [40304]
     wrong = [t for t in GPT2_CORPUS if not _agrees_with_tokenizers(t)]
     assert "naïve café über straße, São Paulo, Zürich" in wrong
     # and the property test's strategy finds a counterexample within its example budget

@@ -182,3 +182,13 @@ def test_layer_norm_epsilon_is_carried_over() -> None:
     hf = _hf_model(6, layer_norm_epsilon=0.5)  # large enough to change every output
     model = _converted_matches_and_variant_misses(hf, norm_eps=1e-5)
     assert model.config.norm_eps == 0.5
+
+
+def test_gpt2s_tokenizer_fits_gpt2s_configuration() -> None:
+    # the shipped vocabulary (helpers.bpe) has the size and end-of-text id of GPT-2's config
+    from helpers.bpe import ENDOFTEXT, gpt2_tokenizer
+
+    tok = gpt2_tokenizer()
+    hf = transformers.GPT2Config()
+    assert tok.vocab_size == hf.vocab_size == config_from_hf(hf).vocab_size == 50257
+    assert tok.special_tokens[ENDOFTEXT] == hf.eos_token_id == hf.bos_token_id == 50256
