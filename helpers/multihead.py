@@ -107,8 +107,9 @@ class MultiHeadAttention(nn.Module):
     Args:
         n_embd: token size ``C``; must be divisible by ``n_head``.
         n_head: number of heads; each has ``head_size = n_embd // n_head``.
-        causal: mask future keys (decoder self-attention). Ignored for cross-attention, where
-            every query may see the whole ``context``.
+        causal: mask future keys (decoder self-attention). A causal layer refuses a ``context``:
+            cross-attention lets every query see the whole context, so a causal mask has no
+            meaning there, and ``context=x`` would silently drop the mask.
         dropout: dropout on the attention weights and on the output.
         bias: whether the projections have biases.
         use_sdpa: compute attention with PyTorch's fused ``F.scaled_dot_product_attention``
@@ -173,6 +174,13 @@ class MultiHeadAttention(nn.Module):
                 raise ValueError(
                     f"context must have shape ({x.shape[0]}, T_ctx, {C}), "
                     f"got {tuple(context.shape)}"
+                )
+            if self.causal:
+                raise ValueError(
+                    "this layer is causal (causal=True), and a causal mask has no meaning for "
+                    "cross-attention, where every query sees the whole context; build the "
+                    "cross-attention layer with causal=False (and call a causal layer without "
+                    "context: context=x would silently attend to the future)"
                 )
             if kv_cache is not None:
                 raise ValueError(

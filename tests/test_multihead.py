@@ -88,11 +88,10 @@ def test_fused_equals_torch_multihead(n_embd: int, n_head: int, causal: bool, bi
 
 
 @pytest.mark.parametrize("bias", [False, True])
-@pytest.mark.parametrize("causal", [False, True])
-def test_cross_attention_matches_torch(causal: bool, bias: bool) -> None:
-    """Queries from 6 tokens, keys and values from 8 others; ``causal`` is ignored."""
+def test_cross_attention_matches_torch(bias: bool) -> None:
+    """Queries from 6 tokens, keys and values from 8 others."""
     torch.manual_seed(0)
-    fused = MultiHeadAttention(12, 3, causal=causal, bias=bias).eval()
+    fused = MultiHeadAttention(12, 3, causal=False, bias=bias).eval()
     if bias:
         with torch.no_grad():
             fused.c_attn.bias.normal_()
@@ -105,6 +104,27 @@ def test_cross_attention_matches_torch(causal: bool, bias: bool) -> None:
     assert_close(y, y_ref)
     assert_close(fused.last_weights, w_ref)
     assert_close(fused(x, context), y_ref)
+
+
+@pytest.mark.parametrize("same", [False, True])
+def test_causal_layer_refuses_a_context(same: bool) -> None:
+    """A causal layer given a context would attend to the whole context, future included:
+    with ``context=x`` the first output would depend on the last token. It raises instead."""
+    torch.manual_seed(0)
+    attn = MultiHeadAttention(12, 3, causal=True)
+    x = torch.randn(2, 6, 12)
+    context = x if same else torch.randn(2, 8, 12)
+    with pytest.raises(ValueError, match=r"causal mask has no meaning for cross-attention"):
+        attn(x, context)
+    with pytest.raises(ValueError, match=r"causal=False"):
+        attn(x, context=context, need_weights=True)
+    # The same weights without the mask: then context=x is the non-causal self-attention.
+    twin = MultiHeadAttention(12, 3, causal=False)
+    twin.load_state_dict(attn.state_dict())
+    changed = x.clone()
+    changed[:, -1] += 1.0
+    assert not torch.allclose(twin(changed, changed)[:, 0], twin(x, x)[:, 0])
+    assert_close(attn(changed)[:, 0], attn(x)[:, 0])  # the causal layer: first output unmoved
 
 
 def test_cross_attention_to_itself_is_self_attention() -> None:
@@ -166,7 +186,7 @@ def test_bad_context_shape(shape: tuple) -> None:
 
 
 def test_cross_attention_with_cache_is_rejected() -> None:
-    attn = MultiHeadAttention(8, 2)
+    attn = MultiHeadAttention(8, 2, causal=False)
     with pytest.raises(ValueError, match="a kv_cache is for self-attention"):
         attn(torch.zeros(1, 2, 8), torch.zeros(1, 3, 8), kv_cache=KVCache())
 
