@@ -2,39 +2,40 @@
 
 Defined in chapter 8, "Building and training a GPT"; the switches of :class:`GPTConfig` beyond
 the model's size (rotary positions, RMSNorm, QK-norm, other MLPs) in chapter 10, "From GPT-2 to
-a modern transformer".
-
-The shape names follow the book: ``B`` batch, ``T`` time (tokens), ``C`` channels (``n_embd``).
-Attention is ``helpers.multihead.MultiHeadAttention`` (the layer Part I builds), here with
-PyTorch's fused ``F.scaled_dot_product_attention`` for speed. One class, :class:`GPT`, builds
-every architecture the book trains: chapter 8's model is the all-defaults configuration.
+a modern transformer". Top to bottom: configuration, attention, MLP, block, model. Shapes: ``B``
+batch, ``T`` time (tokens), ``C`` channels (``n_embd``). Beside it: input checks
+(``helpers.model_checks``), sampling (``helpers.sampling``), the sliding window
+(``helpers.sliding_window``), aligned random draws (``helpers.position_draws``), checkpoints.
 """
 
 from __future__ import annotations
 
 import math
-import numbers
-import pickle
-from dataclasses import asdict, dataclass, fields
-from pathlib import Path
+from dataclasses import dataclass, fields
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from helpers import model_checks as checks
 from helpers.attention import scaled_dot_product_attention
-from helpers.masking import causal_mask
-from helpers.multihead import KVCache, MultiHeadAttention, RollingKVCache
+from helpers.checkpoint import load_checkpoint, save_checkpoint
+from helpers.model_checks import MLPS, NORMS, POSITIONS
+from helpers.multihead import KVCache, RollingKVCache
+from helpers.position_draws import PositionDraws
 from helpers.positional import LearnedPositionalEmbedding
 from helpers.rope import RotaryEmbedding
-from helpers.tokenizer import CharTokenizer
-from helpers.validation import check_non_negative_int, check_positive_int
+from helpers.sampling import check_sampling, sample_next
+from helpers.sliding_window import attention_mask, sliding_window_mask
+
+__all__ = [
+    "GPT", "MLPS", "NORMS", "POSITIONS", "SIZE_FIELDS", "Block", "CausalSelfAttention",
+    "FeedForward", "GPTConfig", "check_sampling", "load_checkpoint", "make_norm", "sample_next",
+    "save_checkpoint", "sliding_window_mask",
+]  # fmt: skip
 
 # The fields of a model's size (the rest choose its architecture).
 SIZE_FIELDS = ("vocab_size", "block_size", "n_layer", "n_head", "n_embd", "dropout", "bias")
-POSITIONS = ("learned", "rope", "none")
-NORMS = ("layernorm", "rmsnorm")
-MLPS = ("gelu", "gelu_tanh", "relu2", "swiglu")
 
 
 @dataclass
@@ -42,88 +43,47 @@ class GPTConfig:
     """The model's size and architecture. The defaults are the model chapter 8 trains on a CPU:
     4 layers of 4 heads, ``n_embd`` 64, a context of 64 characters, the 65-character vocabulary
     of Tiny Shakespeare, learned positions, LayerNorm, a GELU MLP, no dropout and no biases
-    (201,344 parameters without the position embeddings). ``bench/README.md`` reports how this
-    size was chosen and what it reaches. Chapter 10 switches the architecture's parts one at a
-    time; every combination is the same :class:`GPT`, built and initialised by the same code.
+    (201,344 parameters without the position embeddings; ``bench/README.md`` reports how this
+    size was chosen). Chapter 10 switches the architecture's parts one at a time; every
+    combination is the same :class:`GPT`, built and initialised by the same code. Every model
+    keeps GPT-2's tied weights (the LM head is the token embedding's matrix), its initialisation
+    (normal, std 0.02; output projections scaled by ``1 / sqrt(2 n_layer)``), pre-norm blocks
+    and a final norm before the head.
 
-    Every model keeps GPT-2's tied weights (the LM head is the token embedding's matrix), its
-    initialisation (normal, std 0.02; output projections scaled by ``1 / sqrt(2 n_layer)``),
-    pre-norm blocks and a final norm before the head.
-
-    GPT-2 itself (the 124 M model) is ``GPTConfig(vocab_size=50257, block_size=1024,
-    n_layer=12, n_head=12, n_embd=768, bias=True, mlp="gelu_tanh")``: biases in every linear
-    layer and norm, LayerNorm with ``norm_eps`` 1e-5, learned positions up to 1024, the
-    tanh-approximate GELU, dropout 0 for inference. The parameter names follow GPT-2's roles
-    (``c_attn``, ``c_proj``, ``c_fc``, ``ln_1``, ``ln_2``, ``ln_f``), but a released GPT-2
-    checkpoint does not load as it is: its names differ (``wte``, ``wpe``, ``h.0``) and its
-    ``Conv1D`` layers store each weight transposed relative to ``nn.Linear``.
-
-    Args:
-        vocab_size: number of tokens.
-        block_size: longest context, in tokens. With learned positions, the number of position
-            vectors; with ``"rope"`` or ``"none"`` longer texts are allowed and every token
-            attends to itself and the ``block_size - 1`` tokens before it (a sliding window).
-        n_layer: number of transformer blocks.
-        n_head: attention heads per block; must divide ``n_embd``.
-        n_embd: channels ``C`` of the residual stream.
-        dropout: dropout probability on embeddings, attention weights and residual branches.
-        bias: whether linear layers (except the tied LM head) and LayerNorms have biases.
-        pos: ``"learned"`` (GPT-2's table of position vectors, added to the tokens), ``"rope"``
-            (queries and keys rotated by their positions) or ``"none"`` (no position
-            information except what the causal mask implies).
-        norm: ``"layernorm"`` or ``"rmsnorm"``, in the blocks and before the head.
-        norm_eps: the ``eps`` of every norm (added to the variance or the mean square).
-        mlp: ``"gelu"`` (exact GELU, 4 C hidden), ``"gelu_tanh"`` (GPT-2's tanh approximation),
-            ``"relu2"`` (squared ReLU) or ``"swiglu"`` (gated SiLU, with the hidden width cut to
-            ``round(8 C / 3)`` so the three matrices hold about as many weights as two of
-            ``4 C``).
-        qk_norm: RMSNorm (with learned per-channel gains) on every head's queries and keys
-            before the scores.
-        qk_scale: the factor that multiplies the scores; ``None`` is ``1 / sqrt(head_size)``.
-            With ``qk_norm`` the scores start bounded by ``qk_scale * head_size``, so a larger
-            scale than ``1 / sqrt(head_size)`` is usual there.
-        rope_base: RoPE's frequency base.
+    GPT-2 (124 M) is ``GPTConfig(vocab_size=50257, block_size=1024, n_layer=12, n_head=12,
+    n_embd=768, bias=True, mlp="gelu_tanh")`` (``helpers.gpt2`` loads its released weights).
+    A field out of range raises a clear ``ValueError``.
     """
 
-    vocab_size: int = 65
+    vocab_size: int = 65  #: number of tokens
+    #: Longest context, in tokens. With learned positions, the number of position vectors; with
+    #: ``"rope"`` or ``"none"`` longer texts are allowed and every token attends to itself and
+    #: the ``block_size - 1`` tokens before it (a sliding window).
     block_size: int = 64
-    n_layer: int = 4
-    n_head: int = 4
-    n_embd: int = 64
-    dropout: float = 0.0
-    bias: bool = False
+    n_layer: int = 4  #: number of transformer blocks
+    n_head: int = 4  #: attention heads per block; must divide ``n_embd``
+    n_embd: int = 64  #: channels ``C`` of the residual stream
+    dropout: float = 0.0  #: dropout on embeddings, attention weights and residual branches
+    bias: bool = False  #: biases in linear layers (not the tied LM head) and LayerNorms
+    #: ``"learned"`` (GPT-2's table of position vectors, added to the tokens), ``"rope"``
+    #: (queries and keys rotated by their positions) or ``"none"`` (no position information
+    #: except what the causal mask implies).
     pos: str = "learned"
-    norm: str = "layernorm"
-    norm_eps: float = 1e-5
+    norm: str = "layernorm"  #: ``"layernorm"`` or ``"rmsnorm"``, in the blocks and before the head
+    norm_eps: float = 1e-5  #: the ``eps`` of every norm (added to the variance or mean square)
+    #: ``"gelu"`` (exact GELU, ``4 C`` hidden), ``"gelu_tanh"`` (GPT-2's tanh approximation),
+    #: ``"relu2"`` (squared ReLU) or ``"swiglu"`` (gated SiLU, hidden width ``round(8 C / 3)``
+    #: so the three matrices hold about as many weights as two of ``4 C``).
     mlp: str = "gelu"
-    qk_norm: bool = False
+    qk_norm: bool = False  #: RMSNorm (learned gains) on every head's queries and keys
+    #: The factor that multiplies the scores; ``None`` is ``1 / sqrt(head_size)``. With
+    #: ``qk_norm`` the scores start bounded by ``qk_scale * head_size``, so a larger scale than
+    #: ``1 / sqrt(head_size)`` is usual there.
     qk_scale: float | None = None
-    rope_base: float = 10000.0
+    rope_base: float = 10000.0  #: RoPE's frequency base
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
-            check_positive_int(name, getattr(self, name))
-        if self.n_embd % self.n_head:
-            raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}")
-        if not _is_real(self.dropout) or not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
-        if not isinstance(self.bias, bool):
-            raise ValueError(f"bias must be True or False, got {self.bias!r}")
-        for name, kinds in (("pos", POSITIONS), ("norm", NORMS), ("mlp", MLPS)):
-            if getattr(self, name) not in kinds:
-                raise ValueError(f"{name} must be one of {kinds}, got {getattr(self, name)!r}")
-        if not _is_real(self.norm_eps) or not 0 < self.norm_eps < 1:
-            raise ValueError(f"norm_eps must be a number in (0, 1), got {self.norm_eps!r}")
-        if not isinstance(self.qk_norm, bool):
-            raise ValueError(f"qk_norm must be True or False, got {self.qk_norm!r}")
-        if self.qk_scale is not None and (
-            not _is_real(self.qk_scale) or not math.isfinite(self.qk_scale) or self.qk_scale <= 0
-        ):
-            raise ValueError(f"qk_scale must be None or a positive number, got {self.qk_scale!r}")
-        if self.pos == "rope" and (self.n_embd // self.n_head) % 2:
-            raise ValueError(
-                f"RoPE needs an even head_size, got n_embd // n_head = {self.n_embd // self.n_head}"
-            )
+        checks.check_config(self)  # a clear ValueError for each field out of range
 
     def __repr__(self) -> str:
         """The size fields always, an architecture switch only where it differs from its
@@ -142,58 +102,38 @@ class GPTConfig:
         return self.n_embd // self.n_head
 
 
-def _is_real(x: object) -> bool:
-    return isinstance(x, numbers.Real) and not isinstance(x, bool)
-
-
-def make_norm(config: GPTConfig, size: int | None = None) -> nn.Module:
-    """The norm ``config`` asks for (``nn.LayerNorm`` or ``nn.RMSNorm``) over ``size`` channels
-    (default ``n_embd``), with ``config.norm_eps`` and, for LayerNorm, ``config.bias``."""
-    size = config.n_embd if size is None else size
+def make_norm(config: GPTConfig) -> nn.Module:
+    """The norm ``config`` asks for over ``n_embd`` channels: ``nn.RMSNorm`` or ``nn.LayerNorm``
+    (with ``config.bias``), both with ``config.norm_eps``."""
     if config.norm == "rmsnorm":
-        return nn.RMSNorm(size, eps=config.norm_eps)
-    return nn.LayerNorm(size, eps=config.norm_eps, bias=config.bias)
+        return nn.RMSNorm(config.n_embd, eps=config.norm_eps)
+    return nn.LayerNorm(config.n_embd, eps=config.norm_eps, bias=config.bias)
 
 
-def sliding_window_mask(
-    T: int, *, T_past: int = 0, window: int, device: torch.device | str | None = None
-) -> torch.Tensor:
-    """Boolean ``(T, T_past + T)`` mask, ``True`` where query ``i`` (at position ``T_past + i``)
-    may see key ``j``: ``T_past + i - window < j <= T_past + i``, i.e. itself and the
-    ``window - 1`` keys before it. With ``window >= T_past + T`` it is the causal mask."""
-    T = check_positive_int("T", T, what="the number of queries")
-    T_past = check_non_negative_int("T_past", T_past)
-    window = check_positive_int("window", window, what="keys a query may see")
-    q_pos = torch.arange(T_past, T_past + T, device=device)[:, None]
-    k_pos = torch.arange(T_past + T, device=device)[None, :]
-    return (k_pos <= q_pos) & (k_pos > q_pos - window)
-
-
-class CausalSelfAttention(MultiHeadAttention):
-    """The GPT's attention: ``helpers.multihead.MultiHeadAttention`` (causal self-attention,
-    same parameters) plus the options of :class:`GPTConfig`: QK-norm, a score scale, rotary
-    positions, and a sliding window of ``block_size`` keys for texts longer than that.
-
-    ``forward(x, kv_cache, need_weights, offset)``: ``x`` holds the tokens at positions
-    ``offset .. offset + T - 1`` (RoPE rotates by these); with a cache, the new tokens after
-    the cached ones.
-    """
+class CausalSelfAttention(nn.Module):
+    """Multi-head causal self-attention, chapter 5's ``helpers.multihead.MultiHeadAttention``
+    (same parameters) with PyTorch's fused kernel, plus QK-norm, a score scale, rotary positions
+    and a sliding window of ``block_size`` keys. ``forward(x, kv_cache, need_weights, offset)``:
+    ``x`` ``(B, T, C)`` holds the tokens at positions ``offset ..`` (RoPE rotates by these),
+    after the cached ones; ``need_weights`` keeps the weights in ``last_weights``."""
 
     def __init__(self, config: GPTConfig) -> None:
-        super().__init__(
-            config.n_embd, config.n_head, causal=True, dropout=config.dropout, bias=config.bias
-        )
+        super().__init__()
+        C = config.n_embd
+        self.n_embd, self.n_head, self.head_size = C, config.n_head, config.head_size
+        self.c_attn = nn.Linear(C, 3 * C, bias=config.bias)  # [W_q; W_k; W_v], stacked
+        self.c_proj = nn.Linear(C, C, bias=config.bias)
+        self.resid_dropout = nn.Dropout(config.dropout)
+        self.dropout = config.dropout  # on the attention weights
         self.window = config.block_size
         self.scale = config.qk_scale
-        self.q_norm = nn.RMSNorm(self.head_size, eps=config.norm_eps) if config.qk_norm else None
-        self.k_norm = nn.RMSNorm(self.head_size, eps=config.norm_eps) if config.qk_norm else None
-        self.rotary = (
-            RotaryEmbedding(self.head_size, config.block_size, config.rope_base)
-            if config.pos == "rope"
-            else None
-        )
+        hs, qk_norm, rope = self.head_size, config.qk_norm, config.pos == "rope"
+        self.q_norm = nn.RMSNorm(hs, eps=config.norm_eps) if qk_norm else None
+        self.k_norm = nn.RMSNorm(hs, eps=config.norm_eps) if qk_norm else None
+        self.rotary = RotaryEmbedding(hs, config.block_size, config.rope_base) if rope else None
+        self.last_weights: torch.Tensor | None = None
 
-    def forward(  # type: ignore[override]
+    def forward(
         self,
         x: torch.Tensor,
         kv_cache: KVCache | None = None,
@@ -202,7 +142,9 @@ class CausalSelfAttention(MultiHeadAttention):
     ) -> torch.Tensor:
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)
-        q, k, v = self._split_heads(q), self._split_heads(k), self._split_heads(v)
+        q = q.view(B, T, self.n_head, self.head_size).transpose(1, 2)  # (B, n_head, T, hs)
+        k = k.view(B, T, self.n_head, self.head_size).transpose(1, 2)
+        v = v.view(B, T, self.n_head, self.head_size).transpose(1, 2)
         if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rotary is not None:
@@ -210,17 +152,8 @@ class CausalSelfAttention(MultiHeadAttention):
         T_past = 0
         if kv_cache is not None:
             T_past = len(kv_cache)
-            k, v = kv_cache.append(k, v)
-        mask = None
-        is_causal = False
-        if T_past + T > self.window and not (T == 1 and T_past < self.window):
-            mask = sliding_window_mask(T, T_past=T_past, window=self.window, device=x.device)
-        elif T_past == 0:
-            is_causal = True
-        elif T > 1:
-            # New query i sits at position T_past + i and may see keys 0..T_past + i.
-            mask = causal_mask(T, T_past=T_past, device=x.device)
-        # A single new token that may see every kept key needs no mask.
+            k, v = kv_cache.append(k, v)  # (B, n_head, T_past + T, hs)
+        mask, is_causal = attention_mask(T, T_past, self.window, x.device)
 
         p = self.dropout if self.training else 0.0
         if need_weights:
@@ -235,7 +168,7 @@ class CausalSelfAttention(MultiHeadAttention):
                 q, k, v, attn_mask=mask, dropout_p=p, is_causal=is_causal, scale=self.scale
             )
             self.last_weights = None
-        y = y.transpose(1, 2).contiguous().view(B, T, C)  # merge heads
+        y = y.transpose(1, 2).contiguous().view(B, T, C)  # merge the heads
         return self.resid_dropout(self.c_proj(y))
 
 
@@ -295,21 +228,6 @@ class Block(nn.Module):
         return x
 
 
-class _PositionDraws(nn.Module):
-    """Takes the position table's place in a model without one: it draws the random numbers
-    that creating and initialising the table would draw, and holds no parameter. So with the
-    same seed, every weight that two architectures share starts equal (an ablation then
-    compares the switch alone, not two initialisations)."""
-
-    def __init__(self, block_size: int, n_embd: int) -> None:
-        super().__init__()
-        self.shape = (block_size, n_embd)
-        torch.empty(self.shape).normal_()  # as nn.Embedding's own initialisation
-
-    def draw(self) -> None:
-        torch.empty(self.shape).normal_(mean=0.0, std=0.02)  # as GPT._init_weights
-
-
 class GPT(nn.Module):
     """A decoder-only transformer language model: GPT-2's architecture, with the parts that
     :class:`GPTConfig` lets a later chapter switch (positions, norm, MLP, QK-norm)."""
@@ -323,8 +241,8 @@ class GPT(nn.Module):
         self.pos_emb: LearnedPositionalEmbedding | None = None
         if config.pos == "learned":
             self.pos_emb = LearnedPositionalEmbedding(config.block_size, config.n_embd)
-        else:
-            self.pos_draws = _PositionDraws(config.block_size, config.n_embd)
+        else:  # no table, but its random draws: shared weights start equal for one seed
+            self.pos_draws = PositionDraws(config.block_size, config.n_embd)
         self.drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(Block(config) for _ in range(config.n_layer))
         self.ln_f = make_norm(config)
@@ -332,24 +250,19 @@ class GPT(nn.Module):
         # Weight tying: the same matrix maps tokens to vectors and vectors back to token scores.
         self.lm_head.weight = self.tok_emb.weight
         self.apply(self._init_weights)
-        # GPT-2 initialisation: every block adds its output projections to the residual stream,
-        # so scale them by 1/sqrt(2 * n_layer): the stream's variance then does not grow with
-        # depth.
+        # GPT-2 initialisation: each block adds two output projections to the residual stream;
+        # scaled by 1/sqrt(2 * n_layer), the stream's variance does not grow with depth.
         for name, p in self.named_parameters():
             if name.endswith("c_proj.weight"):
                 nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
 
     @staticmethod
     def _init_weights(module: nn.Module) -> None:
-        if isinstance(module, nn.Linear):
+        if isinstance(module, (nn.Linear, nn.Embedding, LearnedPositionalEmbedding)):
             nn.init.normal_(module.weight, mean=0.0, std=0.02)
-            if module.bias is not None:
+            if isinstance(module, nn.Linear) and module.bias is not None:
                 nn.init.zeros_(module.bias)
-        elif isinstance(module, nn.Embedding):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
-        elif isinstance(module, LearnedPositionalEmbedding):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
-        elif isinstance(module, _PositionDraws):
+        elif isinstance(module, PositionDraws):  # the draws of a position table it stands for
             module.draw()
 
     def num_params(self, non_embedding: bool = True) -> int:
@@ -365,30 +278,26 @@ class GPT(nn.Module):
         """How many tokens the last position's logits can depend on: ``block_size`` with
         learned positions; otherwise each layer's window reaches ``block_size - 1`` tokens
         further back, so ``n_layer (block_size - 1) + 1``."""
-        if self.config.pos == "learned":
+        if self.pos_emb is not None:
             return self.config.block_size
         return self.config.n_layer * (self.config.block_size - 1) + 1
 
-    def new_caches(self) -> list[KVCache]:
-        """One empty key/value cache per layer: a :class:`helpers.multihead.KVCache` with
-        learned positions, else a :class:`helpers.multihead.RollingKVCache` that keeps the last
-        ``block_size - 1`` tokens (the window's keys besides the newest token's own)."""
-        if self.config.pos == "learned":
+    def new_caches(self, seen: int = 0) -> list[KVCache]:
+        """One empty key/value cache per layer: a ``helpers.multihead.KVCache`` with learned
+        positions, else a ``RollingKVCache`` that keeps the last ``block_size - 1`` tokens (the
+        window besides the newest token) and whose first token sits at position ``seen``."""
+        if self.pos_emb is not None:
+            if seen:
+                raise ValueError(f"a cache of learned positions starts at 0, got seen={seen}")
             return [KVCache() for _ in self.blocks]
-        return [RollingKVCache(window=self.config.block_size) for _ in self.blocks]
+        return [RollingKVCache(window=self.config.block_size, seen=seen) for _ in self.blocks]
 
     def check_ids(self, idx: object, name: str = "idx") -> torch.Tensor:
-        """Raise a clear ``ValueError`` unless ``idx`` is a ``(B, T)`` integer tensor with
-        ``T >= 1`` and ids in the vocabulary; return it. The range check reads the values, which
-        on a GPU waits for the device, so :meth:`forward` makes it only for CPU tensors (and not
-        while ``torch.compile`` traces); :meth:`generate` makes it once for the prompt."""
-        _check_id_tensor(idx, name)
-        assert isinstance(idx, torch.Tensor)
-        outside = (idx < 0) | (idx >= self.config.vocab_size)
-        if outside.any():
-            raise ValueError(
-                f"token ids must be in 0..{self.config.vocab_size - 1}, got {int(idx[outside][0])}"
-            )
+        """Return ``idx`` if it is a ``(B, T)`` integer tensor with ``T >= 1`` and ids in the
+        vocabulary, else raise a clear ``ValueError``. Reading the ids waits for a GPU, so
+        :meth:`forward` checks the range for CPU tensors only, :meth:`generate` for the prompt."""
+        idx = checks.check_id_tensor(idx, name)
+        checks.check_ids_in_vocab(idx, self.config.vocab_size)
         return idx
 
     def forward(
@@ -399,25 +308,17 @@ class GPT(nn.Module):
         kv_caches: list[KVCache] | None = None,
         need_weights: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Next-token logits for every position.
+        """Next-token logits ``(B, T, vocab_size)`` for every position of the ``(B, T)`` ids
+        ``idx``, and the mean cross-entropy against ``targets`` (``None`` without them).
 
-        Args:
-            idx: ``(B, T)`` token ids.
-            targets: optional ``(B, T)`` next-token ids; the mean cross-entropy is returned.
-            kv_caches: one cache per layer (:meth:`new_caches`) for incremental decoding:
-                ``idx`` then holds only the new tokens, placed after the ones already seen.
-            need_weights: keep each layer's attention weights in ``block.attn.last_weights``.
-
-        Returns:
-            ``(logits, loss)``: logits ``(B, T, vocab_size)``; loss ``None`` without targets.
-
-        Raises:
-            ValueError: on ids that are not a ``(B, T)`` integer tensor with ``T >= 1``, ids
-                outside the vocabulary (checked for CPU tensors), a context longer than
-                ``block_size`` with learned positions, targets whose shape differs from
-                ``idx``, or a wrong number of caches.
+        ``kv_caches`` (one per layer, :meth:`new_caches`) is for incremental decoding: ``idx``
+        then holds only the new tokens, placed after the ones already seen. ``need_weights``
+        keeps each layer's attention weights in ``block.attn.last_weights``. Bad ids, a context
+        longer than ``block_size`` with learned positions, targets of another shape or a wrong
+        number of caches raise a ``ValueError`` (see ``helpers.model_checks``).
         """
-        x = self._hidden(idx, targets, kv_caches, need_weights)
+        checks.check_forward_inputs(self, idx, targets, kv_caches)
+        x = self._hidden(idx, kv_caches, need_weights)
         logits = self.lm_head(self.ln_f(x))  # (B, T, vocab_size)
         loss = None
         if targets is not None:
@@ -426,40 +327,17 @@ class GPT(nn.Module):
         return logits, loss
 
     def _hidden(
-        self,
-        idx: torch.Tensor,
-        targets: torch.Tensor | None,
-        kv_caches: list[KVCache] | None,
-        need_weights: bool,
+        self, idx: torch.Tensor, kv_caches: list[KVCache] | None = None, need_weights: bool = False
     ) -> torch.Tensor:
-        """Validate the inputs and run the blocks: the residual stream ``(B, T, C)``."""
-        _check_id_tensor(idx, "idx")
-        if idx.device.type == "cpu" and not torch.compiler.is_compiling():
-            self.check_ids(idx)
+        """The residual stream ``(B, T, C)`` after the last block."""
         B, T = idx.shape
-        if kv_caches is not None and len(kv_caches) != len(self.blocks):
-            raise ValueError(
-                f"need one KVCache per layer ({len(self.blocks)}), got {len(kv_caches)}"
-            )
-        offset = kv_caches[0].seen if kv_caches else 0
-        if self.pos_emb is not None and offset + T > self.config.block_size:
-            raise ValueError(
-                f"context of {offset + T} tokens is longer than "
-                f"block_size={self.config.block_size}; crop it to the last "
-                f"{self.config.block_size} tokens (generate() does this)"
-            )
-        if targets is not None and (
-            not isinstance(targets, torch.Tensor) or targets.shape != idx.shape
-        ):
-            shape = tuple(targets.shape) if isinstance(targets, torch.Tensor) else type(targets)
-            raise ValueError(f"targets must have the shape of idx {tuple(idx.shape)}, got {shape}")
-        x = self.tok_emb(idx)
+        offset = kv_caches[0].seen if kv_caches else 0  # the position of idx's first token
+        x = self.tok_emb(idx)  # (B, T, C)
         if self.pos_emb is not None:
             x = x + self.pos_emb(T, offset)
-        x = self.drop(x)  # (B, T, C)
+        x = self.drop(x)
         for i, block in enumerate(self.blocks):
-            cache = kv_caches[i] if kv_caches is not None else None
-            x = block(x, cache, need_weights, offset)
+            x = block(x, None if kv_caches is None else kv_caches[i], need_weights, offset)
         return x
 
     @torch.no_grad()
@@ -473,139 +351,36 @@ class GPT(nn.Module):
         use_cache: bool = False,
         generator: torch.Generator | None = None,
     ) -> torch.Tensor:
-        """Append ``max_new_tokens`` sampled tokens to ``idx`` (``(B, T)``) and return it.
+        """Append ``max_new_tokens`` (at most 100,000) sampled tokens to ``idx`` ``(B, T)`` and
+        return it. ``temperature`` divides the logits (below 1: safer, above 1: more varied);
+        ``top_k`` keeps only the k most likely tokens (``helpers.sampling.sample_next``).
 
-        ``temperature`` divides the logits (below 1: safer, above 1: more varied); ``top_k``
-        keeps only the k most likely tokens. Only the last position's logits are computed.
-
-        With learned positions the context is cropped to the last ``block_size`` tokens, since
-        the model has no position vector beyond that. ``use_cache`` keeps each layer's keys and
-        values so a step only processes the newest token; the cache stays valid only while the
-        whole text fits in ``block_size``: once the window has to slide, every token's position
-        changes, so the cache is rebuilt from the cropped window at each step (exactly what the
-        uncached path computes).
-
-        With ``"rope"`` or ``"none"`` positions, without a cache every step reruns the last
-        :meth:`receptive_field` tokens (everything the next token can depend on); with
-        ``use_cache`` the prompt fills a rolling cache once and every step runs only the newest
-        token, whose keys keep their positions as the window slides.
+        Each step runs the last :meth:`receptive_field` tokens (with learned positions the last
+        ``block_size``: there is no position vector beyond) and computes the last position's
+        logits only. ``use_cache`` keeps each layer's keys and values, so a step runs only the
+        newest token: with learned positions while the text fits in ``block_size`` (once the
+        window slides, every position changes and each step reruns the window, as without a
+        cache); with ``"rope"`` or ``"none"`` always (a rolling cache of the window's keys).
         """
         self.check_ids(idx)
-        check_non_negative_int("max_new_tokens", max_new_tokens)
-        check_sampling(temperature, top_k, self.config.vocab_size)
+        max_new_tokens = checks.check_max_new_tokens(max_new_tokens)
+        top_k = check_sampling(temperature, top_k, self.config.vocab_size)
         was_training = self.training
         self.eval()
-        learned = self.config.pos == "learned"
+        learned = self.pos_emb is not None
         context = self.receptive_field()
         caches: list[KVCache] | None = None
         for _ in range(max_new_tokens):
-            if use_cache and caches is not None and (not learned or idx.shape[1] <= context):
-                logits = self._last_logits(idx[:, -1:], caches)  # only the newest token
-            else:
+            if caches is not None and (not learned or idx.shape[1] <= context):
+                x = self._hidden(idx[:, -1:], caches)  # only the newest token
+            else:  # (re)start from the last `context` tokens
                 window = idx[:, -context:]
-                caches = self.new_caches() if use_cache else None
-                if caches is not None and not learned:
-                    for cache in caches:  # positions continue from where the window starts
-                        assert isinstance(cache, RollingKVCache)
-                        cache.seen = idx.shape[1] - window.shape[1]
-                logits = self._last_logits(window, caches)
+                fits = not learned or idx.shape[1] < context  # the next step can use a cache
+                keep = use_cache and fits
+                caches = self.new_caches(idx.shape[1] - window.shape[1]) if keep else None
+                x = self._hidden(window, caches)
+            logits = self.lm_head(self.ln_f(x[:, -1, :]))  # (B, vocab_size): the last position
             next_id = sample_next(logits, temperature, top_k, generator)
             idx = torch.cat([idx, next_id], dim=1)
         self.train(was_training)
         return idx
-
-    def _last_logits(self, idx: torch.Tensor, caches: list[KVCache] | None) -> torch.Tensor:
-        """The logits ``(B, vocab_size)`` of the last position only."""
-        x = self._hidden(idx, None, caches, False)
-        return self.lm_head(self.ln_f(x[:, -1, :]))
-
-
-def _check_id_tensor(idx: object, name: str) -> None:
-    """The checks that do not read the values: a ``(B, T)`` integer tensor with ``T >= 1``."""
-    if not isinstance(idx, torch.Tensor):
-        hint = ""
-        if isinstance(idx, (list, tuple)):
-            hint = "; for one sequence of ids write torch.tensor([ids])"
-        raise ValueError(
-            f"{name} must be a (B, T) tensor of token ids, got {type(idx).__name__}{hint}"
-        )
-    if idx.dim() != 2:
-        hint = f" (for one sequence, use {name}[None])" if idx.dim() == 1 else ""
-        raise ValueError(f"{name} must be (B, T) token ids, got shape {tuple(idx.shape)}{hint}")
-    if idx.dtype.is_floating_point or idx.dtype.is_complex or idx.dtype == torch.bool:
-        raise ValueError(f"{name} must hold integer token ids, got dtype {idx.dtype}")
-    if idx.shape[1] == 0:
-        raise ValueError(f"{name} must hold at least one token, got T=0")
-
-
-def check_sampling(temperature: float, top_k: int | None, vocab_size: int) -> None:
-    """Raise ``ValueError`` unless ``temperature`` is a finite number ``> 0`` and ``top_k`` is
-    None or an int in ``1..vocab_size`` (used by ``GPT.generate``)."""
-    if not _is_real(temperature) or not math.isfinite(temperature) or temperature <= 0:
-        raise ValueError(
-            f"temperature must be a finite number > 0 (1.0 samples the model's own "
-            f"distribution), got {temperature!r}"
-        )
-    if top_k is not None and (
-        isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= vocab_size
-    ):
-        raise ValueError(f"top_k must be in 1..{vocab_size}, got {top_k}")
-
-
-def sample_next(
-    logits: torch.Tensor,
-    temperature: float,
-    top_k: int | None,
-    generator: torch.Generator | None = None,
-) -> torch.Tensor:
-    """Sample one token id per row from ``(B, vocab_size)`` logits: divide by ``temperature``,
-    keep the ``top_k`` largest (all if None), softmax, draw. Returns ``(B, 1)`` ids."""
-    logits = logits / temperature
-    if top_k is not None:
-        kth = torch.topk(logits, top_k).values[:, -1, None]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    probs = F.softmax(logits, dim=-1)
-    return torch.multinomial(probs, num_samples=1, generator=generator)
-
-
-def save_checkpoint(path: str | Path, model: GPT, tokenizer: CharTokenizer) -> None:
-    """Save the weights, the configuration and the vocabulary: everything needed to sample."""
-    if tokenizer.vocab_size != model.config.vocab_size:
-        raise ValueError(
-            f"tokenizer has {tokenizer.vocab_size} tokens but the model expects "
-            f"{model.config.vocab_size}"
-        )
-    torch.save(
-        {
-            "config": asdict(model.config),
-            "state_dict": model.state_dict(),
-            "chars": tokenizer.chars,
-        },
-        path,
-    )
-
-
-def load_checkpoint(
-    path: str | Path, *, map_location: str | torch.device = "cpu"
-) -> tuple[GPT, CharTokenizer]:
-    """Rebuild a model and its tokenizer from :func:`save_checkpoint`'s file."""
-    try:
-        ckpt = torch.load(path, map_location=map_location, weights_only=True)
-        model = GPT(GPTConfig(**ckpt["config"]))
-        model.load_state_dict(ckpt["state_dict"])
-        tokenizer = CharTokenizer(ckpt["chars"])
-    except FileNotFoundError:
-        raise
-    except (
-        KeyError,
-        TypeError,
-        ValueError,
-        RuntimeError,
-        EOFError,
-        OSError,
-        pickle.UnpicklingError,
-    ) as err:
-        raise ValueError(
-            f"{path} is not a checkpoint written by save_checkpoint ({type(err).__name__}: {err})"
-        ) from err
-    return model, tokenizer

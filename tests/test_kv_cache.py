@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
+from torch import nn
 from torch.testing import assert_close
 
 from helpers.model import GPT, GPTConfig
@@ -147,3 +149,62 @@ def test_generate_restores_training_mode_and_checks_arguments(model: GPT) -> Non
     assert model.training
     with pytest.raises(ValueError, match="top_k must be in 1..31"):
         model.generate(torch.zeros(1, 2, dtype=torch.long), 3, top_k=0, use_cache=True)
+
+
+def generation_work(
+    model: GPT, prompt: torch.Tensor, n: int, use_cache: bool, monkeypatch: pytest.MonkeyPatch
+) -> tuple[int, int, int]:
+    """What ``generate`` computes: the FLOPs of its linear layers (2 per multiply-add), the
+    (query, key) pairs its attention scores, and the keys and values it appends to caches."""
+    flops, pairs, appended = [0], [0], [0]
+    sdpa, append = F.scaled_dot_product_attention, KVCache.append
+
+    def count_linear(layer: nn.Module, args: tuple[torch.Tensor, ...], _out: object) -> None:
+        flops[0] += 2 * args[0].numel() * layer.out_features
+
+    def counting_sdpa(q: torch.Tensor, k: torch.Tensor, *args: object, **kwargs: object):
+        pairs[0] += q.shape[:-1].numel() * k.shape[-2]
+        return sdpa(q, k, *args, **kwargs)
+
+    def counting_append(self: KVCache, k: torch.Tensor, v: torch.Tensor):
+        appended[0] += k.shape[-2]
+        return append(self, k, v)
+
+    hooks = [
+        m.register_forward_hook(count_linear) for m in model.modules() if isinstance(m, nn.Linear)
+    ]
+    monkeypatch.setattr(F, "scaled_dot_product_attention", counting_sdpa)
+    monkeypatch.setattr(KVCache, "append", counting_append)
+    model.generate(prompt, n, top_k=1, use_cache=use_cache)
+    monkeypatch.undo()
+    for hook in hooks:
+        hook.remove()
+    return flops[0], pairs[0], appended[0]
+
+
+def test_the_cache_never_costs_more_than_recomputing_past_block_size(
+    model: GPT, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With learned positions, once the text is longer than block_size every step re-embeds the
+    whole window (each token's position changed): a step with use_cache does exactly the work of
+    a step without, and keeps no cache that the next step could not use."""
+    prompt = torch.zeros(1, CONFIG.block_size, dtype=torch.long)  # every step slides the window
+    cached = generation_work(model, prompt, 10, True, monkeypatch)
+    uncached = generation_work(model, prompt, 10, False, monkeypatch)
+    assert cached[:2] == uncached[:2]
+    assert uncached[0] > 0 and uncached[1] == 10 * CONFIG.n_layer * CONFIG.n_head * 24 * 24
+    assert cached[2] == 0, "keys and values were cached that no step could use"
+
+
+@pytest.mark.parametrize("prompt_len", [1, 5, 23])
+def test_the_cache_saves_work_while_the_text_fits(
+    model: GPT, prompt_len: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Across block_size: cheaper while the text fits, then the same work as without."""
+    prompt = torch.zeros(1, prompt_len, dtype=torch.long)
+    n = 2 * CONFIG.block_size
+    cached = generation_work(model, prompt, n, True, monkeypatch)
+    uncached = generation_work(model, prompt, n, False, monkeypatch)
+    assert cached[0] < uncached[0] and cached[1] < uncached[1]
+    # Caches are filled only while the text fits: positions 0 .. block_size - 1, once each.
+    assert cached[2] == CONFIG.n_layer * CONFIG.block_size

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -12,12 +13,14 @@ from torch.testing import assert_close
 
 from helpers.model import (
     GPT,
+    CausalSelfAttention,
     FeedForward,
     GPTConfig,
     load_checkpoint,
     save_checkpoint,
     sliding_window_mask,
 )
+from helpers.multihead import KVCache, MultiHeadAttention
 from helpers.tokenizer import CharTokenizer
 
 SMALL = GPTConfig(vocab_size=29, block_size=16, n_layer=2, n_head=4, n_embd=32)
@@ -305,14 +308,14 @@ def test_generate_restores_training_mode() -> None:
     [
         ({"max_new_tokens": -1}, "max_new_tokens must be an int >= 0, got -1"),
         ({"max_new_tokens": 2.5}, "max_new_tokens must be an int >= 0, got 2.5"),
-        ({"top_k": 2.0}, r"top_k must be in 1\.\.29, got 2.0"),
+        ({"top_k": 2.0}, r"top_k must be in 1\.\.29 .*, got 2.0"),
         ({"temperature": 0.0}, r"temperature must be a finite number > 0 .*, got 0\.0"),
         ({"temperature": float("nan")}, r"temperature must be a finite number > 0 .*, got nan"),
         ({"temperature": float("inf")}, r"temperature must be a finite number > 0 .*, got inf"),
         ({"temperature": "1"}, r"temperature must be a finite number > 0 .*, got '1'"),
         ({"temperature": True}, r"temperature must be a finite number > 0 .*, got True"),
-        ({"top_k": 0}, r"top_k must be in 1\.\.29, got 0"),
-        ({"top_k": 30}, r"top_k must be in 1\.\.29, got 30"),
+        ({"top_k": 0}, r"top_k must be in 1\.\.29 .*, got 0"),
+        ({"top_k": 30}, r"top_k must be in 1\.\.29 .*, got 30"),
     ],
 )
 def test_generate_rejects_bad_arguments(kwargs: dict, message: str) -> None:
@@ -604,3 +607,81 @@ def test_dropout_works_with_every_switch() -> None:
     assert not torch.equal(model(idx)[0], model(idx)[0])
     model.eval()
     assert torch.equal(model(idx)[0], model(idx)[0])
+
+
+# ---------------------------------------------------------------------------- the attention layer
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_attention_is_its_own_layer_and_computes_multihead_attention(bias: bool) -> None:
+    """With no option switched on, the GPT's attention is chapter 5's multi-head attention: the
+    same parameters (a state_dict loads across) and the same outputs, with and without a cache."""
+    assert not issubclass(CausalSelfAttention, MultiHeadAttention)
+    cfg = GPTConfig(**{**SMALL.__dict__, "bias": bias})
+    attn = make_model(0, cfg).blocks[1].attn
+    reference = MultiHeadAttention(cfg.n_embd, cfg.n_head, bias=bias).eval()
+    reference.load_state_dict(attn.state_dict())  # strict: the same names and shapes
+    x = torch.randn(2, 11, cfg.n_embd, generator=torch.Generator().manual_seed(1))
+    assert_close(attn(x), reference(x))
+    assert_close(attn(x, need_weights=True), reference(x, need_weights=True))
+    assert_close(attn.last_weights, reference.last_weights)
+    ours, theirs = KVCache(), KVCache()
+    for start, stop in ((0, 4), (4, 5), (5, 11)):
+        assert_close(attn(x[:, start:stop], ours), reference(x[:, start:stop], kv_cache=theirs))
+
+
+# ---------------------------------------------------------------------------- generate's edge cases
+
+
+@pytest.mark.parametrize("top_k", ["5", 5.0, np.float64(5.0)])
+def test_top_k_that_is_not_an_int_is_named_with_its_type(top_k: object) -> None:
+    with pytest.raises(ValueError, match=re.escape(f"got {top_k!r}")) as err:
+        make_model(0).generate(random_ids(0, 1, 2), 3, top_k=top_k)
+    assert not str(err.value).endswith("got 5")  # '5' and 5.0 do not print as a bare 5
+
+
+def test_numpy_integers_are_accepted_like_ints() -> None:
+    model, idx = make_model(0), random_ids(0, 2, 3)
+    expected = model.generate(idx, 6, top_k=5, generator=torch.Generator().manual_seed(2))
+    got = model.generate(
+        idx, np.int64(6), top_k=np.int64(5), generator=torch.Generator().manual_seed(2)
+    )
+    assert torch.equal(got, expected)
+    with pytest.raises(ValueError, match=r"top_k must be in 1\.\.29 .*, got np\.int64\(30\)"):
+        model.generate(idx, 6, top_k=np.int64(30))
+
+
+@pytest.mark.parametrize(
+    ("idx", "shape"),
+    [
+        (torch.tensor([[]]), "(1, 0)"),  # a float tensor: the emptiness is what to report
+        (torch.zeros(1, 0, dtype=torch.long), "(1, 0)"),
+        (torch.tensor([]), "(0,)"),
+    ],
+)
+def test_an_empty_prompt_is_reported_as_empty(idx: torch.Tensor, shape: str) -> None:
+    message = f"idx is empty: it must hold at least one token, got T=0 (shape {shape})"
+    with pytest.raises(ValueError, match=re.escape(message)):
+        make_model(0).generate(idx, 3)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        make_model(0)(idx)
+
+
+@pytest.mark.parametrize("temperature", [1e-45, 1e-40, 5e-324])
+def test_a_vanishing_temperature_decodes_greedily(temperature: float) -> None:
+    """Dividing the logits by 1e-45 overflows float32: the limit, greedy decoding, is used."""
+    model, idx = make_model(1), random_ids(1, 3, 4)
+    greedy = model.generate(idx, 10, top_k=1)
+    cold = model.generate(idx, 10, temperature=temperature, generator=torch.Generator())
+    assert torch.equal(cold, greedy)
+    cold_top = model.generate(idx, 10, temperature=temperature, top_k=3, use_cache=True)
+    assert torch.equal(cold_top, greedy)
+
+
+def test_max_new_tokens_is_capped_with_a_clear_message() -> None:
+    with pytest.raises(
+        ValueError,
+        match=r"max_new_tokens=1,000,000,000 is more than one call of generate\(\) makes "
+        r"\(100,000, .*generate a longer text in pieces",
+    ):
+        make_model(0).generate(random_ids(0, 1, 2), 10**9)
