@@ -10,6 +10,7 @@ from :mod:`helpers.softmax` (chapter 4); input checks use :mod:`helpers.validati
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -22,6 +23,20 @@ from helpers.validation import check_positive_int
 
 def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
     """Raise ``ValueError`` unless ``q``, ``k``, ``v`` fit together as attention inputs."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            hint = f"; convert it with torch.from_numpy({name})" if hasattr(t, "__array__") else ""
+            raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}{hint}")
+        if not t.is_floating_point():
+            raise ValueError(
+                f"{name} must be a floating-point tensor (attention takes a softmax of its "
+                f"scores), got dtype {t.dtype}; convert it with {name}.float()"
+            )
+    if not q.dtype == k.dtype == v.dtype:
+        raise ValueError(
+            f"q, k and v must have one dtype, got {q.dtype}, {k.dtype} and {v.dtype}; convert "
+            "them with .to(q.dtype)"
+        )
     if q.dim() < 2 or k.dim() < 2 or v.dim() < 2:
         raise ValueError(
             f"q, k, v need at least 2 dims (T, d), got {q.dim()}, {k.dim()}, {v.dim()}"
@@ -45,8 +60,12 @@ def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         ) from err
 
 
-def _check_mask(mask: torch.Tensor, scores_shape: torch.Size) -> None:
-    """Raise ``ValueError`` unless ``mask`` is a boolean or float mask for ``scores_shape``."""
+def _check_mask(mask: torch.Tensor, scores: torch.Tensor) -> None:
+    """Raise ``ValueError`` unless ``mask`` is a boolean or float mask for ``scores``; warn when
+    a float mask holds only 0s and 1s (it would be added to the scores, not mask them)."""
+    if not isinstance(mask, torch.Tensor):
+        raise ValueError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
+    scores_shape = scores.shape
     expected = f"the scores' shape {tuple(scores_shape)} = (..., T_q, T_k)"
     try:
         broadcast = torch.broadcast_shapes(mask.shape, scores_shape)
@@ -61,6 +80,19 @@ def _check_mask(mask: torch.Tensor, scores_shape: torch.Size) -> None:
             "mask must be boolean (True = may attend) or float (0 / -inf added to the scores), "
             f"got dtype {mask.dtype}; a 0/1 integer mask would be added to the scores, "
             "not mask them"
+        )
+    if mask.is_floating_point() and torch.promote_types(mask.dtype, scores.dtype) != scores.dtype:
+        raise ValueError(
+            f"a float mask of dtype {mask.dtype} would turn the {scores.dtype} scores into "
+            f"{mask.dtype}; build it with the dtype of q ({scores.dtype})"
+        )
+    if mask.is_floating_point() and ((mask == 0) | (mask == 1)).all() and (mask == 1).any():
+        warnings.warn(
+            "the float mask holds only 0s and 1s: a float mask is added to the scores (0 keeps "
+            "a key, -inf hides it), so its 1s hide nothing; for a mask of visible keys pass a "
+            "boolean one, mask.bool()",
+            UserWarning,
+            stacklevel=3,
         )
 
 
@@ -88,7 +120,9 @@ def scaled_dot_product_attention(
         k: ``(..., T_k, d_k)`` keys.
         v: ``(..., T_k, d_v)`` values.
         mask: optional mask broadcastable to ``(..., T_q, T_k)``: boolean (``True`` = may
-            attend, as in ``F.scaled_dot_product_attention``) or additive float (``0``/``-inf``).
+            attend, as in ``F.scaled_dot_product_attention``) or additive float (``0``/``-inf``,
+            added to the scores; a float mask of only 0s and 1s gets a ``UserWarning``, since
+            its 1s hide nothing).
         is_causal: hide keys after each query (needs ``T_q == T_k``). May be combined with
             ``mask``: a key is then visible only if both allow it.
         scale: factor applied to the scores; ``None`` means ``1 / sqrt(d_k)`` with
@@ -103,9 +137,10 @@ def scaled_dot_product_attention(
         every key masked is all zeros rather than NaN).
 
     Raises:
-        ValueError: on mismatched shapes, a mask that does not broadcast, a mask that is neither
-            boolean nor floating point, ``is_causal`` with ``T_q != T_k``, or a ``dropout_p``
-            outside ``[0, 1)``.
+        ValueError: on inputs that are not tensors, integer tensors, ``q``, ``k``, ``v`` of
+            different dtypes, mismatched shapes, a mask that does not broadcast, a mask that is
+            neither boolean nor floating point (or a float mask that would change the scores'
+            dtype), ``is_causal`` with ``T_q != T_k``, or a ``dropout_p`` outside ``[0, 1)``.
     """
     _check_qkv(q, k, v)
     dropout_p = _check_dropout("dropout_p", dropout_p)
@@ -122,7 +157,7 @@ def scaled_dot_product_attention(
             raise ValueError(f"is_causal needs as many queries as keys, got T_q={T_q}, T_k={T_k}")
         logits = logits.masked_fill(~causal_mask(T_q, device=logits.device), float("-inf"))
     if mask is not None:
-        _check_mask(mask, logits.shape)
+        _check_mask(mask, logits)
         if mask.dtype == torch.bool:
             logits = logits.masked_fill(~mask, float("-inf"))
         else:
