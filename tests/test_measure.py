@@ -135,7 +135,12 @@ def test_allocator_peak_sees_what_the_tracker_sees_and_kernel_scratch() -> None:
     def fused() -> torch.Tensor:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
-    torch.set_num_threads(1)
-    assert allocator_peak_bytes(explicit) == peak_tensor_bytes(explicit)
-    # the fused kernel's private blocks of scores: invisible to the tracker, not to the allocator
-    assert allocator_peak_bytes(fused) > peak_tensor_bytes(fused) + 100_000
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the kernel's private buffers are per thread
+    try:
+        assert allocator_peak_bytes(explicit) == peak_tensor_bytes(explicit)
+        # the fused kernel's private block of scores: invisible to the tracker, not to the
+        # allocator (256 x 512 float32 scores = 0.5 MiB from 768 tokens on)
+        assert allocator_peak_bytes(fused) >= peak_tensor_bytes(fused) + 256 * 512 * 4
+    finally:
+        torch.set_num_threads(threads)
