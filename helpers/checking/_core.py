@@ -762,6 +762,37 @@ def _variant(x: torch.Tensor, kind: str) -> torch.Tensor:
     return x
 
 
+FAR_BELOW_TEXT = (
+    "every query the same vector and every key pointing the opposite way (every score about "
+    "-1e10, the scores at least 1e8 apart: each query's weight falls on one key)"
+)
+
+
+def _far_below_scores(
+    lead: Sequence[int], T: int, head_size: int, seed: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Queries and keys of shape ``(*lead, T, head_size)`` whose scaled scores are all about
+    -1e10 (below a finite fill value such as -1e9), described by :data:`FAR_BELOW_TEXT`.
+
+    Key ``s`` scores ``-1e10 - 1e8 * r[s]`` with every query, for a seeded permutation ``r`` of
+    ``0 .. T - 1``. A float32 score of size 1e10 is rounded to a multiple of 1024, and how it is
+    rounded depends on the order of the sums (a vectorised kernel, a tile edge of a matrix
+    product, another CPU), so scores meant to tie could differ by 1024 on one machine and put
+    all of a row's weight on one key there; scores 1e8 apart keep their order on every path, and
+    each row's weight falls on its highest visible score, whichever machine computes it.
+    """
+    g = torch.Generator().manual_seed(seed)
+    sign = torch.randint(0, 2, (*lead, 1, head_size), generator=g).double() * 2 - 1
+    rank = torch.stack([torch.randperm(T, generator=g) for _ in range(math.prod(lead))])
+    rank = rank.view(*lead, T, 1).double()
+    c = 2.0**14
+    q = (c * sign).expand(*lead, T, head_size)
+    # q . k_s / sqrt(hs) = -c * length_s * sqrt(hs): choose length_s for the score wanted.
+    length = (1e10 + 1e8 * rank) / (c * math.sqrt(head_size))
+    k = -length * sign
+    return q.float().contiguous(), k.float().contiguous()
+
+
 def _num(x: float, digits: int = 4) -> str:
     """A number at ``digits`` significant digits (``nan`` and ``inf`` as such)."""
     if math.isnan(x):

@@ -13,11 +13,13 @@ from typing import Any
 import torch
 
 from helpers.checking._core import (
+    FAR_BELOW_TEXT,
     CheckResult,
     _causal_sdpa,
     _differ,
     _expect_close,
     _expect_gradients,
+    _far_below_scores,
     _Mismatch,
     _mistake_hint,
     _Property,
@@ -58,7 +60,7 @@ def check_cached_attention(
     # gives scores of a few hundred, where exp overflows float32.
     fresh = [(2, 2, 0, 1, 8), (2, 2, 0, 5, 8), (1, 1, 0, 3, 4)]
     cached = [(2, 3, 5, 1, 8), (2, 2, 6, 3, 8), (1, 1, 2100, 5, 4), (2, 2, 1, 2, 8)]
-    # "below -1e9": every score -1e10 (a finite fill value such as -1e9 would outweigh the
+    # "below -1e9": every score about -1e10 (a finite fill value such as -1e9 would outweigh the
     # visible keys); "buffer": k and v are the first T rows of a cache allocated in advance for
     # more, so they are not contiguous; float64 (to float64 precision) and bfloat16 inputs.
     special = {
@@ -76,10 +78,8 @@ def check_cached_attention(
         x = _randn(3, B, nh, T, hs, seed=seed)
         scale = 8.0 if kind == "large" else 2.0
         q, k, v = x[0] * (0.0 if kind == "zero q" else scale), x[1] * scale, x[2]
-        if kind == "below -1e9":  # the same query everywhere, every key its opposite
-            u = q[..., :1, :] / q[..., :1, :].norm(dim=-1, keepdim=True)
-            q = (u * 1e5 * hs**0.25).expand(q.shape).contiguous()
-            k = -q
+        if kind == "below -1e9":  # every score about -1e10, on every rounding path
+            q, k = _far_below_scores((B, nh), T, hs, seed)
         elif kind == "buffer":  # the first T rows of buffers allocated for T + 7
             k = torch.cat([k, torch.zeros(B, nh, 7, hs)], dim=-2)[..., :T, :]
             v = torch.cat([v, torch.zeros(B, nh, 7, hs)], dim=-2)[..., :T, :]
@@ -147,8 +147,7 @@ def check_cached_attention(
             "": "",
             "zero q": ", q_new all zeros (every score 0)",
             "large": ", q and k scaled by 8 (scores of a few hundred)",
-            "below -1e9": ", every query the same vector of length 1e5 and every key its "
-            "opposite (every score -1e10)",
+            "below -1e9": f", {FAR_BELOW_TEXT}",
             "buffer": ", k and v the first rows of buffers allocated for 7 more tokens (not "
             "contiguous)",
             "float64": ", float64",

@@ -11,11 +11,13 @@ from collections.abc import Callable
 import torch
 
 from helpers.checking._core import (
+    FAR_BELOW_TEXT,
     CheckResult,
     _causal_sdpa,
     _differ,
     _expect_close,
     _expect_gradients,
+    _far_below_scores,
     _Mismatch,
     _mistake_hint,
     _Property,
@@ -42,8 +44,8 @@ def check_causal_attention(
     non-contiguous inputs); every query's weights sum to 1 (identical values come back
     unchanged); the output at ``t`` does not change when the tokens after ``t`` change; the
     result equals PyTorch's, also for float64 inputs (to float64 precision) and bfloat16 ones,
-    in the input's dtype, and when every score is -1e10 (a finite fill value such as -1e9 would
-    outweigh the visible keys).
+    in the input's dtype, and when every score is about -1e10 (a finite fill value such as -1e9
+    would outweigh the visible keys).
     """
     # Each property has its own inputs (no (shape, seed) pair shared), T up to 40, beyond the
     # chapter's sizes; "large" inputs give scores of a few hundred, where exp overflows float32.
@@ -66,17 +68,14 @@ def check_causal_attention(
     ) -> tuple[torch.Tensor, ...]:
         x = _randn(3, *size, seed=seed)
         q, k, v = x[0] * scale, x[1] * scale, x[2]  # larger q, k: the scaling matters
-        if kind == "below -1e9":  # the same query everywhere, every key its opposite
-            u = q[:, :1] / q[:, :1].norm(dim=-1, keepdim=True)
-            q = (u * 1e5 * size[-1] ** 0.25).expand(size).contiguous()
-            k = -q
+        if kind == "below -1e9":  # every score about -1e10, on every rounding path
+            q, k = _far_below_scores(size[:-2], size[-2], size[-1], seed)
         return tuple(_variant(t, "" if kind == "below -1e9" else kind) for t in (q, k, v))
 
     def describe(size: tuple[int, ...], seed: int, scale: float, kind: str = "") -> str:
         large = ", q and k scaled by 8 (scores of a few hundred)" if scale > 2 else ""
         extra = {
-            "below -1e9": ", every query the same vector of length 1e5 and every key its "
-            "opposite (every score -1e10)",
+            "below -1e9": f", {FAR_BELOW_TEXT}",
             "float64": ", float64",
             "bfloat16": ", bfloat16",
             "strided": ", non-contiguous (transposed views, as inside a model)",
