@@ -27,6 +27,7 @@ from test_checking import (
     _check,
     _future,
     assert_header,
+    attention_book,
     attention_loop,
     avg_cumsum,
     batch_book,
@@ -53,6 +54,8 @@ NAN = "Your function returned nan or inf on this input"
 GRAD = "cut the path of the gradient"
 GRAD_VALUES = "The output is right but its gradient is not"
 IN_PLACE = "in place"
+UNDERFLOW = "exp underflows to 0 for every visible key and the row becomes 0 / 0 = nan"
+RENORMALISE = "a softmax over all the keys, then zeroing the future and dividing by the row sums"
 
 
 def by_shape(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -388,6 +391,13 @@ def softmax_fill_minus_1e9(s: Tensor) -> Tensor:
     return s.masked_fill(_future(s.shape[-1]), -1e9).softmax(dim=-1)
 
 
+def softmax_zero_renormalise(s: Tensor) -> Tensor:
+    """Softmax over all the keys, zero the future, renormalise: right where exp keeps the visible
+    keys, 0 / 0 where a future score is far above them."""
+    w = s.softmax(dim=-1).masked_fill(_future(s.shape[-1]), 0.0)
+    return w / w.sum(dim=-1, keepdim=True)
+
+
 def softmax_in_float32(s: Tensor) -> Tensor:
     """softmax(..., dtype=torch.float32) for stability: float64 scores lose their dtype."""
     return torch.softmax(s.masked_fill(_future(s.shape[-1]), -math.inf), -1, dtype=torch.float32)
@@ -410,6 +420,16 @@ def softmax_divides_in_place(s: Tensor) -> Tensor:
 
 def attn_fill_minus_1e9(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     return _scores(q, k).masked_fill(_future(q.shape[-2]), -1e9).softmax(dim=-1) @ v
+
+
+def attn_zero_renormalise(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """The causal softmax as softmax, zero the future, renormalise."""
+    return softmax_zero_renormalise(_scores(q, k)) @ v
+
+
+def attn_one_line_sdpa(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """Right, but not the exercise: PyTorch's attention in one call."""
+    return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
 
 def pe_table_5000(T: int, d_model: int, base: float = 10000.0) -> Tensor:
@@ -479,7 +499,7 @@ WRONG: dict[str, dict[str, tuple[Any, str, str]]] = {
     "causal_softmax": {
         "masks_by_value": (softmax_mask_by_value, "future_zero", NAN),
         "no_max_subtracted": (softmax_no_max, "future_zero", NAN),
-        "one_max_for_the_tensor": (softmax_global_max, "future_zero", NAN),
+        "one_max_for_the_tensor": (softmax_global_max, "future_zero", "the whole tensor"),
         "fixed_mask_sliced": (softmax_fixed_mask, "future_zero", "RuntimeError"),
         "output_cached_by_shape": (by_shape(softmax_book), "future_zero", NEUTRAL),
         "no_grad": (no_grad(softmax_book), "softmax", GRAD),
@@ -489,6 +509,7 @@ WRONG: dict[str, dict[str, tuple[Any, str, str]]] = {
             "log_softmax",
         ),
         "fills_with_minus_1e9": (softmax_fill_minus_1e9, "future_zero", "such as -1e9"),
+        "softmax_zero_renormalise": (softmax_zero_renormalise, "future_zero", UNDERFLOW),
         "float32_for_float64": (softmax_in_float32, "future_zero", "returns float32 for a float64"),
         "rows_by_view": (softmax_rows_by_view, "softmax", "view() needs a contiguous tensor"),
         "divides_in_place": (
@@ -514,6 +535,7 @@ WRONG: dict[str, dict[str, tuple[Any, str, str]]] = {
         "through_numpy": (via_numpy(attention_loop), "matches_torch", "NumPy has no bfloat16"),
         "overwrites_input": (attn_in_place, "shape", IN_PLACE),
         "fills_with_minus_1e9": (attn_fill_minus_1e9, "matches_torch", "such as -1e9"),
+        "softmax_zero_renormalise": (attn_zero_renormalise, "weights_sum", UNDERFLOW),
     },
     "scaled_scores": {
         "standardised": (scores_standardised, "rows_and_columns", NEUTRAL),
@@ -596,7 +618,9 @@ KIND: dict[tuple[str, str], str] = {
     ("causal_softmax", "fixed_mask_sliced"): "raised",
     ("causal_softmax", "log_softmax"): "nan",
     ("causal_softmax", "rows_by_view"): "raised",
+    ("causal_softmax", "softmax_zero_renormalise"): "nan",
     ("causal_attention", "masks_by_value"): "nan",
+    ("causal_attention", "softmax_zero_renormalise"): "nan",
     ("causal_attention", "no_max_subtracted"): "nan",
     ("causal_attention", "fixed_mask_sliced"): "raised",
     ("causal_attention", "dropout"): "side_effect",
@@ -1024,3 +1048,30 @@ def test_the_success_line_counts_inputs_not_the_repeated_call(
     result = _check("running_average", avg_cumsum)
     capsys.readouterr()
     assert result.n_calls == 17 and "(checked on 17 seeded inputs" in result.report
+
+
+def test_a_one_line_sdpa_is_accepted_with_a_note(capsys: pytest.CaptureFixture[str]) -> None:
+    """F.scaled_dot_product_attention gives the right numbers: the check holds, and a note after
+    the success line says that it is not the exercise; answers written out get no note."""
+    result = _check("causal_attention", attn_one_line_sdpa)
+    out = capsys.readouterr().out
+    assert result and out.strip() == result.report
+    success, note = result.report.split("\nNote: ")
+    assert success.startswith("All 4 properties hold: ") and "\n" in success
+    assert "F.scaled_dot_product_attention" in note and "not the exercise" in note
+    for answer in (attention_book, attention_loop, attn_manual):  # the book's own function too
+        written = _check("causal_attention", answer)
+        assert written and "Note:" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ["causal_softmax", "causal_attention"])
+def test_softmax_zero_renormalise_gets_the_underflow_reason(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Softmax over all the keys, then zero the future and renormalise: the hint names that
+    mistake and why it fails (exp underflows for every visible key, 0 / 0)."""
+    answer = WRONG[name]["softmax_zero_renormalise"][0]
+    result = _check(name, answer)
+    hint = _hint(capsys.readouterr().out)
+    assert result.kind == "nan"
+    assert RENORMALISE in hint and UNDERFLOW in hint, hint

@@ -19,6 +19,10 @@ raised it), returned nan or inf, changed its input in place, had a side effect (
 global random state, switched a module's mode, or gave another result for the same input on a
 later call), did not finish in time, or is not a function at all.
 
+A report in which every property holds may end with a note that does not fail the function
+(the causal attention checker: a one-line call of ``F.scaled_dot_product_attention`` is right,
+but it is not the exercise).
+
 A checker never raises and never prints a traceback: whatever the reader's code raises becomes
 part of the report. Random draws use their own seeded generators (the global random state is
 saved and restored), so the report is the same text on every run.
@@ -630,11 +634,14 @@ def _run(
     *,
     rng_hint: str = _RNG_HINT,
     repeat: bool = True,
+    note: str | None = None,
 ) -> CheckResult:
     """Run ``properties`` in order, stop at the first failure, print and return the report.
 
     After every property holds, the first call is repeated (unless ``repeat`` is false): a
-    function that gives another result for the same input keeps state between calls."""
+    function that gives another result for the same input keeps state between calls. ``note``,
+    when given, follows the line of a report in which every property holds (a remark on how the
+    function did it that does not make it wrong)."""
     session = _Session(rng_hint)
     names = tuple(p.name for p in properties)
     passed: list[str] = []
@@ -713,6 +720,8 @@ def _run(
             width=_WIDTH,
             break_on_hyphens=False,
         )
+        if note is not None:
+            report += "\n" + textwrap.fill(note, width=_WIDTH, break_on_hyphens=False)
     else:
         report = "\n".join(lines)
     print(report)

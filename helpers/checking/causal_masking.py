@@ -30,6 +30,62 @@ from helpers.checking._core import (
     _variant,
 )
 
+RENORMALISED_HINT = (
+    "{} a softmax over all the keys, then zeroing the future and dividing by the row sums: when "
+    "every visible score is far below a future score, exp underflows to 0 for every visible key "
+    "and the row becomes 0 / 0 = nan (or keeps only a few digits). Mask the future scores with "
+    "-inf before the softmax, so that the largest visible score gets exp(0)."
+)
+
+
+def _renormalised(scores: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
+    """The mistake "softmax, zero the future, renormalise", in the scores' own dtype (where its
+    underflow happens): softmax over all the keys, future weights set to 0, rows divided by
+    their sums."""
+    weights = scores.softmax(dim=-1).masked_fill(~visible, 0.0)
+    return weights / weights.sum(dim=-1, keepdim=True)
+
+
+_GLOBAL_MAX_HINT = (
+    "Your weights match exp of the scores minus one maximum for the whole tensor: in a row "
+    "whose visible scores are all far below it, exp underflows to 0 for every visible key and "
+    "the row becomes 0 / 0 = nan. Subtract each row's own largest visible score "
+    "(softmax(dim=-1) of the masked scores does)."
+)
+_EITHER_HINT = (
+    "Your weights match subtracting a maximum taken over more than the row's visible scores (a "
+    "softmax over all the keys, then zeroing the future and dividing by the row sums; or one "
+    "maximum for the whole tensor): when every visible score is far below it, exp underflows to "
+    "0 for every visible key and the row becomes 0 / 0 = nan. Mask the future scores with -inf, "
+    "then softmax(dim=-1): the largest visible score gets exp(0)."
+)
+
+
+def _underflow_mistakes(
+    scores: torch.Tensor, visible: torch.Tensor
+) -> list[tuple[str, Callable[[], torch.Tensor | None]]]:
+    """The two mistakes that subtract a maximum over more than the visible keys ("softmax,
+    zero, renormalise" and one maximum for the whole tensor), in the scores' own dtype. Where
+    both give the same weights (every row's maximum is the tensor's), one hint names both."""
+
+    def renormalised() -> torch.Tensor:
+        return _renormalised(scores, visible)
+
+    def global_max() -> torch.Tensor:
+        masked = scores.masked_fill(~visible, -math.inf)
+        e = torch.exp(masked - masked.max())
+        return e / e.sum(dim=-1, keepdim=True)
+
+    def both() -> torch.Tensor | None:
+        a, b = renormalised().double(), global_max().double()
+        return a if torch.isclose(a, b, 1e-4, 1e-5, equal_nan=True).all() else None
+
+    return [
+        (_EITHER_HINT, both),
+        (RENORMALISED_HINT.format("Your weights match"), renormalised),
+        (_GLOBAL_MAX_HINT, global_max),
+    ]
+
 
 def check_causal_softmax(fn: Callable[[torch.Tensor], torch.Tensor]) -> CheckResult:
     """Check the reader's causal softmax (chapter 2, "Causal masking").
@@ -119,6 +175,7 @@ def check_causal_softmax(fn: Callable[[torch.Tensor], torch.Tensor]) -> CheckRes
                 "less than 1. Set the future scores to -inf before the softmax instead.",
                 lambda: sd.softmax(dim=-1) * visible,
             ),
+            *_underflow_mistakes(scores, visible),
             (
                 "Your weights match a softmax over the queries (dim=-2): take it over the keys, "
                 "the last dimension (dim=-1).",

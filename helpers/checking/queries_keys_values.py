@@ -5,10 +5,14 @@ Defined in chapter 3, "Queries, keys and values".
 
 from __future__ import annotations
 
+import dis
 import math
+import types
 from collections.abc import Callable
+from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from helpers.checking._core import (
     FAR_BELOW_TEXT,
@@ -28,6 +32,41 @@ from helpers.checking._core import (
     _tensor_out,
     _variant,
 )
+from helpers.checking.causal_masking import RENORMALISED_HINT, _renormalised
+
+SDPA_NOTE = (
+    "Note: your function calls F.scaled_dot_product_attention. That is accepted (it computes "
+    "the same thing), but it is not the exercise: write the scores, the mask, the softmax and "
+    "the weighted sum of the values yourself."
+)
+
+
+def _calls_torch_sdpa(fn: Any) -> bool:
+    """Whether the code of ``fn`` (and of the functions defined inside it) calls PyTorch's
+    ``scaled_dot_product_attention``: as an attribute (``F.scaled_dot_product_attention``,
+    ``torch.nn.functional.scaled_dot_product_attention``) or as a global name bound to it. A
+    function of the same name written elsewhere (the book's own) does not count."""
+    name = "scaled_dot_product_attention"
+    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    globals_ = getattr(getattr(fn, "__func__", fn), "__globals__", {})
+    if code is None:
+        return False
+    try:
+        stack = [code]
+        while stack:
+            current = stack.pop()
+            stack += [c for c in current.co_consts if isinstance(c, types.CodeType)]
+            for instruction in dis.get_instructions(current):
+                if instruction.argval != name:
+                    continue
+                if instruction.opname in ("LOAD_GLOBAL", "LOAD_NAME", "LOAD_DEREF"):
+                    if globals_.get(name) is F.scaled_dot_product_attention:
+                        return True
+                elif instruction.opname in ("LOAD_ATTR", "LOAD_METHOD"):
+                    return True
+    except Exception:  # code the disassembler cannot read: no note
+        return False
+    return False
 
 
 def check_causal_attention(
@@ -45,7 +84,8 @@ def check_causal_attention(
     unchanged); the output at ``t`` does not change when the tokens after ``t`` change; the
     result equals PyTorch's, also for float64 inputs (to float64 precision) and bfloat16 ones,
     in the input's dtype, and when every score is about -1e10 (a finite fill value such as -1e9
-    would outweigh the visible keys).
+    would outweigh the visible keys). A function that calls ``F.scaled_dot_product_attention``
+    is accepted, with a note that this is not the exercise.
     """
     # Each property has its own inputs (no (shape, seed) pair shared), T up to 40, beyond the
     # chapter's sizes; "large" inputs give scores of a few hundred, where exp overflows float32.
@@ -105,6 +145,12 @@ def check_causal_attention(
                 "Your output matches attention without the mask: set the scores of future keys "
                 "to -inf before the softmax.",
                 lambda: scores.softmax(dim=-1) @ vd,
+            ),
+            (
+                RENORMALISED_HINT.format("Your output matches"),
+                lambda: (
+                    _renormalised(q @ k.transpose(-2, -1) / math.sqrt(hs), ~future).to(v.dtype) @ v
+                ),
             ),
             (
                 "Your output matches masking future scores with 0: a score of 0 still gets a "
@@ -172,7 +218,8 @@ def check_causal_attention(
                 f"q, k of shape {_shape(size)}, seed {seed}{large}; v: the same vector at every "
                 "position"
             )
-            out = _tensor_out(s.call(fn, q, k, v, input=what), size)
+            out = s.call(fn, q, k, v, input=what)
+            out = _tensor_out(out, size, mistakes=mistakes(q, k, v))
             _expect_close(
                 out,
                 v,
@@ -248,4 +295,5 @@ def check_causal_attention(
                 matches_torch,
             ),
         ],
+        note=SDPA_NOTE if _calls_torch_sdpa(fn) else None,
     )
