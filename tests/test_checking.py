@@ -446,6 +446,13 @@ BATCH_WRONG = {
 # Chapter 8: the block's forward --------------------------------------------------------------
 
 
+def block_book(block: Block, x: Tensor) -> Tensor:
+    """The chapter's solution: each branch reads the stream through its LayerNorm and is added
+    to it."""
+    x = x + block.attn(block.ln_1(x))
+    return x + block.mlp(block.ln_2(x))
+
+
 def block_written_out(block: Block, x: Tensor) -> Tensor:
     """Independent answer: the two residual branches, the MLP's layers spelled out."""
     h = x + block.attn(block.ln_1(x))
@@ -484,7 +491,7 @@ def block_plain_layer_norm(block: Block, x: Tensor) -> Tensor:
     return x + block.mlp(F.layer_norm(x, x.shape[-1:]))
 
 
-BLOCK_RIGHT = {"book": lambda block, x: block(x), "written_out": block_written_out}
+BLOCK_RIGHT = {"book": block_book, "written_out": block_written_out}
 
 BLOCK_WRONG = {
     "post_ln": (block_post_ln, "pre_ln"),
@@ -494,7 +501,7 @@ BLOCK_WRONG = {
     "parallel_branches": (block_parallel, "matches_block"),
     "unweighted_layer_norm": (block_plain_layer_norm, "matches_block"),
     # Returns the attention output alongside the stream.
-    "returns_tuple": (lambda block, x: (block(x), block.attn(block.ln_1(x))), "shape"),
+    "returns_tuple": (lambda block, x: (block_book(block, x), block.attn(block.ln_1(x))), "shape"),
 }
 
 
@@ -709,13 +716,14 @@ HEADERS = {
     "changed_input": "Your function changed its input.",
     "side_effect": "Your function had a side effect.",
     "timeout": "Your function did not finish in time.",
+    "not_the_exercise": "Your function calls the block itself, which is not the exercise.",
 }
 
 
 def assert_header(result: CheckResult, out: str) -> None:
     """The report starts by saying what went wrong: a failed property, or what the function did
-    (raised, returned nan, changed its input, had a side effect, did not finish), and then
-    which property was being checked."""
+    (raised, returned nan, changed its input, had a side effect, did not finish, called the
+    block it was to write), and then which property was being checked."""
     number = result.properties.index(result.failed) + 1
     total = len(result.properties)
     if result.kind == "property":

@@ -31,6 +31,7 @@ from test_checking import (
     attention_loop,
     avg_cumsum,
     batch_book,
+    block_book,
     block_written_out,
     cached_book,
     merge_book,
@@ -54,6 +55,7 @@ NAN = "Your function returned nan or inf on this input"
 GRAD = "cut the path of the gradient"
 GRAD_VALUES = "The output is right but its gradient is not"
 IN_PLACE = "in place"
+CALLS_BLOCK = "calls the block itself, which is not the exercise"
 UNDERFLOW = "exp underflows to 0 for every visible key and the row becomes 0 / 0 = nan"
 RENORMALISE = "a softmax over all the keys, then zeroing the future and dividing by the row sums"
 
@@ -303,7 +305,7 @@ def block_in_place(block: Block, x: Tensor) -> Tensor:
 
 def block_edits_weights(block: Block, x: Tensor) -> Tensor:
     block.ln_1.weight.data.fill_(1.0)  # overwrites the block's learned weights
-    return block(x)
+    return block_book(block, x)
 
 
 def block_sequential(block: Block, x: Tensor) -> Tensor:
@@ -469,7 +471,7 @@ def rope_flattened_by_view(x: Tensor, positions: Tensor) -> Tensor:
 
 def block_switches_to_eval(block: Block, x: Tensor) -> Tensor:
     block.eval()  # "no dropout while checking": the caller's block stays in eval mode
-    return block(x)
+    return block_book(block, x)
 
 
 def batch_leftover_seed(d: Tensor, b: int, n: int, generator: torch.Generator) -> Any:
@@ -568,11 +570,15 @@ WRONG: dict[str, dict[str, tuple[Any, str, str]]] = {
     },
     "block_forward": {
         "detached_branch": (block_detached_branch, "matches_block", GRAD_VALUES),
-        "no_grad": (no_grad(lambda block, x: block(x)), "matches_block", GRAD),
+        "no_grad": (no_grad(block_book), "matches_block", GRAD),
         "overwrites_input": (block_in_place, "shape", IN_PLACE),
         "overwrites_weights": (block_edits_weights, "shape", "ln_1.weight"),
-        "output_cached_by_shape": (by_shape(lambda block, x: block(x)), "residual", NEUTRAL),
+        "output_cached_by_shape": (by_shape(block_book), "residual", NEUTRAL),
         "switches_to_eval": (block_switches_to_eval, "shape", "Leave the module's mode"),
+        # Right numbers without writing the block: its own forward does the work.
+        "calls_the_block": (lambda block, x: block(x), "shape", CALLS_BLOCK),
+        "calls_its_forward": (lambda block, x: block.forward(x), "shape", CALLS_BLOCK),
+        "calls_Block_forward": (lambda block, x: Block.forward(block, x), "shape", CALLS_BLOCK),
     },
     "cached_attention": {
         "masks_by_value": (cached_mask_by_value, "shape", NAN),
@@ -636,6 +642,9 @@ KIND: dict[tuple[str, str], str] = {
     ("block_forward", "overwrites_input"): "changed_input",
     ("block_forward", "overwrites_weights"): "changed_input",
     ("block_forward", "switches_to_eval"): "changed_input",
+    ("block_forward", "calls_the_block"): "not_the_exercise",
+    ("block_forward", "calls_its_forward"): "not_the_exercise",
+    ("block_forward", "calls_Block_forward"): "not_the_exercise",
     ("cached_attention", "masks_by_value"): "nan",
     ("cached_attention", "no_max_subtracted"): "nan",
     ("cached_attention", "fixed_mask_sliced"): "raised",

@@ -17,7 +17,8 @@ Failures that are not a property are reported as what they are, each with its ow
 the function raised an exception (its type, message and the line of the reader's code that
 raised it), returned nan or inf, changed its input in place, had a side effect (changed torch's
 global random state, switched a module's mode, or gave another result for the same input on a
-later call), did not finish in time, or is not a function at all.
+later call), did not finish in time, is not a function at all, or hands the whole exercise to
+code that already does it (the block checker: a function that calls the block itself).
 
 A report in which every property holds may end with a note that does not fail the function
 (the causal attention checker: a one-line call of ``F.scaled_dot_product_attention`` is right,
@@ -94,8 +95,9 @@ class CheckResult:
             or inf), ``"changed_input"`` (it changed an argument in place), ``"side_effect"``
             (it changed torch's global random state or kept state between calls),
             ``"timeout"`` (it did not finish in time), ``"not_callable"`` (the check was given
-            something that is not a function), ``"exited"`` (it ended its process: the
-            distributed check only) or ``"not_implemented"``.
+            something that is not a function), ``"not_the_exercise"`` (it hands the whole
+            exercise to code that does it, such as the block's own forward), ``"exited"`` (it
+            ended its process: the distributed check only) or ``"not_implemented"``.
     """
 
     checker: str
@@ -161,6 +163,17 @@ class _TimedOut(_Mismatch):
     """The reader's function did not finish within its time."""
 
     kind = "timeout"
+
+
+class _NotTheExercise(_Mismatch):
+    """The reader's function hands the whole exercise to code that already does it (a module's
+    own forward): right numbers, but not the exercise. ``header`` is the report's first line."""
+
+    kind = "not_the_exercise"
+
+    def __init__(self, header: str, expected: str, got: str, hint: str) -> None:
+        super().__init__(expected, got, hint)
+        self.header = header
 
 
 class _NotCallable(Exception):
@@ -618,14 +631,16 @@ _HEADERS = {
     "changed_input": "Your function changed its input.",
     "side_effect": "Your function had a side effect.",
     "timeout": "Your function did not finish in time.",
+    "not_the_exercise": "Your function does not do the exercise itself.",
 }
 
 
-def _header(kind: str, number: int, total: int, name: str) -> list[str]:
-    """The first lines of a failure report: what went wrong, and while checking what."""
+def _header(kind: str, number: int, total: int, name: str, first: str | None = None) -> list[str]:
+    """The first lines of a failure report: what went wrong (``first``, else the kind's own
+    line), and while checking what."""
     if kind == "property":
         return [f"Property {number} of {total} failed: {name}"]
-    return [_HEADERS[kind], _wrap("during:", f"property {number} of {total}, {name}")]
+    return [first or _HEADERS[kind], _wrap("during:", f"property {number} of {total}, {name}")]
 
 
 def _run(
@@ -661,6 +676,7 @@ def _run(
         torch.manual_seed(0)  # a function that draws from the global stream stays reproducible
         for number, prop in enumerate(properties, start=1):
             expected: str | None = None
+            first: str | None = None
             hint = prop.hint
             where: str | None = None
             try:
@@ -692,6 +708,7 @@ def _run(
                 kind = mismatch.kind
                 expected, got = mismatch.expected, mismatch.got
                 hint = mismatch.hint or hint
+                first = getattr(mismatch, "header", None)
             except Exception as err:  # what the function returned broke the check itself
                 kind = "property"
                 got = f"an output the check could not use ({_error_text(err)})"
@@ -699,7 +716,7 @@ def _run(
                 passed.append(prop.name)
                 continue
             failed = prop
-            lines += _header(kind, number, len(properties), prop.name)
+            lines += _header(kind, number, len(properties), prop.name, first)
             lines.append(_wrap("input:", session.input))
             if expected is not None:
                 lines.append(_wrap("expected:", expected))

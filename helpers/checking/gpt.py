@@ -7,6 +7,7 @@ Defined in chapter 8, "Building and training a GPT".
 from __future__ import annotations
 
 import copy
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +21,7 @@ from helpers.checking._core import (
     _expect_gradients,
     _Mismatch,
     _mistake_hint,
+    _NotTheExercise,
     _nums,
     _Property,
     _randn,
@@ -42,9 +44,40 @@ def check_block_forward(fn: Callable[[Any, torch.Tensor], torch.Tensor]) -> Chec
     stream itself is not normalised, so with both branches off the block returns ``x`` exactly
     (pre-LN, not post-LN); the output equals ``Block.forward`` with the same weights over several
     seeds, with and without biases, and for a float64 block (a float64 output, to float64
-    precision). The block is given in training mode (with dropout 0) and must be left in it.
+    precision). The block is given in training mode (with dropout 0) and must be left in it. A
+    function that calls the block itself (``block(x)``, ``block.forward(x)``) gets the right
+    numbers without doing the exercise, and is reported as such.
     """
     from helpers.model import Block, GPTConfig
+
+    # Whether the block's own forward ran during the reader's call: a hook on the attention
+    # looks for Block.forward among its callers (block(x), block.forward(x), Block.forward(...)).
+    forward_code = Block.forward.__code__
+    delegated = {"called": False}
+
+    def watch(module: torch.nn.Module, args: tuple[Any, ...]) -> None:
+        frame = sys._getframe(1)
+        while frame is not None:
+            if frame.f_code is forward_code:
+                delegated["called"] = True
+                return
+            frame = frame.f_back
+
+    def call(s: _Session, block: Block, x: torch.Tensor, input: str) -> Any:
+        """The reader's function on ``block`` and ``x``; reported if it calls the block itself."""
+        delegated["called"] = False
+        out = s.call(fn, block, x, input=input)
+        if delegated["called"]:
+            raise _NotTheExercise(
+                "Your function calls the block itself, which is not the exercise.",
+                "the block's output computed from its four parts, block.ln_1, block.attn, "
+                "block.ln_2 and block.mlp",
+                "your function calls the block's own forward (block(x) or block.forward(x)), "
+                "which computes the whole block for it",
+                "The exercise is to write what Block.forward does: call block.ln_1, block.attn, "
+                "block.ln_2 and block.mlp yourself, and add each branch to the residual stream.",
+            )
+        return out
 
     configs = [(16, 2, False), (12, 3, True)]  # (n_embd, n_head, bias)
     sizes = [(2, 5), (1, 1), (3, 8)]  # (B, T)
@@ -114,6 +147,7 @@ def check_block_forward(fn: Callable[[Any, torch.Tensor], torch.Tensor]) -> Chec
             vocab_size=8, block_size=128, n_layer=1, n_head=n_head, n_embd=n_embd, bias=bias
         )
         block = Block(cfg).train()  # dropout 0: the same output in either mode
+        block.attn.register_forward_pre_hook(watch)
         g = torch.Generator().manual_seed(seed)
         for ln in (block.ln_1, block.ln_2):  # LayerNorm weights that are not all ones
             ln.weight.copy_(1 + 0.3 * torch.randn(ln.weight.shape, generator=g))
@@ -143,7 +177,7 @@ def check_block_forward(fn: Callable[[Any, torch.Tensor], torch.Tensor]) -> Chec
         for seed, (cfg, (B, T)) in enumerate(((c, z) for c in configs for z in sizes), start=1):
             block = make_block(*cfg, seed)
             x = _randn(B, T, cfg[0], seed=seed)
-            _tensor_out(s.call(fn, block, x, input=describe(cfg, B, T, seed)), x.shape)
+            _tensor_out(call(s, block, x, describe(cfg, B, T, seed)), x.shape)
 
     off = " whose attention and MLP output projections are zero and LayerNorms plain"
 
@@ -151,7 +185,7 @@ def check_block_forward(fn: Callable[[Any, torch.Tensor], torch.Tensor]) -> Chec
         for seed, cfg in enumerate(configs, start=10):
             block = branches_off(make_block(*cfg, seed))
             x = _randn(2, 5, cfg[0], seed=seed, scale=2.0) + 1.0
-            out = _tensor_out(s.call(fn, block, x, input=describe(cfg, 2, 5, seed, off)), x.shape)
+            out = _tensor_out(call(s, block, x, describe(cfg, 2, 5, seed, off)), x.shape)
             norm = F.layer_norm(out.double(), out.shape[-1:])
             ok = torch.isclose(norm, F.layer_norm(x.double(), x.shape[-1:]), atol=1e-4).all(-1)
             if not ok.all():
@@ -167,7 +201,7 @@ def check_block_forward(fn: Callable[[Any, torch.Tensor], torch.Tensor]) -> Chec
         for seed, cfg in enumerate(configs, start=20):
             block = branches_off(make_block(*cfg, seed))
             x = _randn(2, 5, cfg[0], seed=seed, scale=2.0) + 1.0
-            out = _tensor_out(s.call(fn, block, x, input=describe(cfg, 2, 5, seed, off)), x.shape)
+            out = _tensor_out(call(s, block, x, describe(cfg, 2, 5, seed, off)), x.shape)
             _expect_close(
                 out,
                 x,
@@ -187,7 +221,7 @@ def check_block_forward(fn: Callable[[Any, torch.Tensor], torch.Tensor]) -> Chec
             with torch.enable_grad():
                 x.requires_grad_(grad)
                 what = describe(cfg, B, T, seed, extra) + (", float64" if extra else "")
-                out = _tensor_out(s.call(fn, block, x, input=what), x.shape, dtype=x.dtype)
+                out = _tensor_out(call(s, block, x, what), x.shape, dtype=x.dtype)
                 theirs = s.passed[0]  # the copy of the block the function was given
                 _expect_close(
                     out,
