@@ -164,6 +164,14 @@ def set_order(params):
             p.grad /= world
 
 
+def sorted_by_id(params):
+    world = dist.get_world_size()
+    for p in sorted(params, key=id):  # ids are memory addresses
+        if p.grad is not None:
+            dist.all_reduce(p.grad)
+            p.grad /= world
+
+
 def reduces_a_float_copy(params):
     world = dist.get_world_size()
     for p in params:
@@ -205,6 +213,7 @@ def only_rank0_divides(params):
 
 LATENT = [
     (set_order, "same", "memory address"),
+    (sorted_by_id, "same", "memory address"),
     (reduces_a_float_copy, "mean", "the reduction ran on a copy"),
     (divides_in_a_second_loop, "mean", "second loop over params ran zero times"),
     (skips_frozen_only, "no-grad", "a trainable one that this step did not use"),

@@ -14,7 +14,9 @@ parameter that this step did not use (``.grad`` is ``None``) and a bfloat16 para
 gradient is bfloat16). The parameters are handed over as a one-pass iterator, as
 ``model.parameters()`` is, and each rank allocates a different amount of memory before building
 its model, so that an order taken from memory addresses (a ``set`` of parameters, ``sorted(...,
-key=id)``) differs between ranks, as it can between real processes.
+key=id)``) differs between ranks, as it can between real processes. Ranks compare those orders
+before the call and give their parameters new objects until every rank's orders differ, so such
+an answer fails every time rather than when the addresses happen to line up.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ _PROPERTIES = (
 )
 _TIMEOUT = 30.0  # seconds for one launch of all ranks
 _COLLECTIVE_TIMEOUT = 8.0  # seconds a rank waits in a collective the others never join
+_ORDER_ATTEMPTS = 50  # rounds of reallocation until the ranks' address orders differ
 # What gloo says when a rank waits for partners that left or never came.
 _LONELY_COLLECTIVE = ("timed out", "timeout", "connection reset", "connection closed")
 _COLLECTIVES = ("all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "barrier")
@@ -90,6 +93,52 @@ def _model() -> nn.Module:
     return model
 
 
+def _address_orders(model: nn.Module) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The parameter names in the orders a ``set`` and ``sorted(key=id)`` would give."""
+    names = {id(p): name for name, p in model.named_parameters()}
+    return (
+        tuple(names[id(p)] for p in set(model.parameters())),
+        tuple(names[id(p)] for p in sorted(model.parameters(), key=id)),
+    )
+
+
+def _reallocate(model: nn.Module, generator: torch.Generator) -> list[list[object]]:
+    """Give every parameter a new object (same values, gradient and ``requires_grad``), created
+    in a shuffled order between objects of random size; return those objects (keep them alive,
+    or their memory is reused at once)."""
+    owners = [(m, n) for m in model.modules() for n, _ in m.named_parameters(recurse=False)]
+    ballast: list[list[object]] = []
+    for i in torch.randperm(len(owners), generator=generator).tolist():
+        module, name = owners[i]
+        old = getattr(module, name)
+        size = int(torch.randint(1, 64, (1,), generator=generator))
+        ballast.append([object() for _ in range(size)])
+        new = nn.Parameter(old.data, requires_grad=old.requires_grad)
+        new.grad = old.grad
+        setattr(module, name, new)
+    return ballast
+
+
+def _distinct_address_orders(model: nn.Module, rank: int, world: int) -> list[list[object]]:
+    """Reallocate parameters on the ranks whose address orders equal a lower rank's, until
+    every rank's orders differ (a collective: every rank calls it). Returns ballast to keep."""
+    generator = torch.Generator().manual_seed(7 + rank)
+    ballast: list[list[object]] = []
+    for _ in range(_ORDER_ATTEMPTS):
+        gathered: list[Any] = [None] * world
+        dist.all_gather_object(gathered, _address_orders(model))
+        clash = [
+            r
+            for r in range(world)
+            if any(gathered[r][k] == gathered[o][k] for o in range(r) for k in (0, 1))
+        ]
+        if not clash:
+            break
+        if rank in clash:
+            ballast += _reallocate(model, generator)
+    return ballast
+
+
 def _kind(got: torch.Tensor, own: torch.Tensor, total: torch.Tensor, world: int) -> str:
     """What a gradient after the reader's function is: ``mean``, ``sum``, ``own`` (unchanged),
     ``own/world``, ``half`` (the sum divided by 2) or ``other``."""
@@ -129,6 +178,7 @@ def _worker(fn: Callable[..., Any], rank: int, world: int, port: int, conn: Conn
         model(x).pow(2).mean().backward()
         # The gradient of a bfloat16 layer.
         model.low_precision.grad = torch.randn(6, generator=g).to(torch.bfloat16)
+        reallocated = _distinct_address_orders(model, rank, world)
         names = [name for name, _ in model.named_parameters()]
         had = [p.grad is not None for p in model.parameters()]
         own = [p.grad.clone() for p in model.parameters() if p.grad is not None]
@@ -192,7 +242,7 @@ def _worker(fn: Callable[..., Any], rank: int, world: int, port: int, conn: Conn
             out["weights_changed"] = any(
                 not torch.equal(p.detach(), w) for p, w in zip(params_now, weights, strict=True)
             )
-        del ballast
+        del ballast, reallocated
     except BaseException as error:  # noqa: BLE001
         out["setup_failed"] = _error_text(error)
     finally:
