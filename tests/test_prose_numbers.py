@@ -66,11 +66,8 @@ ALL_NOTEBOOKS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "book").rglob("
 # nothing backs (settings of the benchmark, constants of an algorithm); each leaves this list
 # when it complies.
 NOT_YET = {
-    "book/setup_check.ipynb",
     "book/part2/bigram.ipynb",
     "book/part2/gpt.ipynb",
-    "book/part3/cost_and_generation.ipynb",
-    "book/part3/flash_attention.ipynb",
     "book/part3/modern.ipynb",
     "book/part3/gpt2.ipynb",
     "book/part3/distributed.ipynb",
