@@ -128,6 +128,13 @@ def problems(notebook: dict) -> list[str]:
     """Everything wrong with a notebook's bindings, one sentence each (empty when all hold)."""
     recorded = records(notebook)
     found = []
+    names = [
+        output.get("metadata", {}).get("scrapbook", {}).get("name")
+        for cell in notebook["cells"]
+        for output in cell.get("outputs", [])
+    ]
+    for name in sorted({n for n in names if n and names.count(n) > 1}):
+        found.append(f"{name!r} is glued more than once (the strict build fails on it)")
     for index, cell in enumerate(notebook["cells"]):
         if cell["cell_type"] != "markdown":
             continue
