@@ -117,12 +117,15 @@ test-notebooks: install-test
 # vectorised kernels (ATEN_CPU_CAPABILITY) and MKL's conditional-numerical-reproducibility mode
 # (MKL_CBWR) both change the last bits of a result; on an x86-64 CPU each pair below changes the
 # digits of a trained model. On an ARM CPU they are ignored and this re-runs the same path twice.
+# The distributed chapter is left out: its torch.compile cells make TorchInductor generate C++
+# for the ISA that ATEN_CPU_CAPABILITY names, which under these overrides does not compile
+# (default) or gives nan (avx2) on a CPU that has more; a real CPU of another family is unaffected.
 ROUNDING_PATHS ?= ATEN_CPU_CAPABILITY=avx2,MKL_CBWR=COMPATIBLE ATEN_CPU_CAPABILITY=default
 test-rounding: install-test
 	@set -e; for path in $(ROUNDING_PATHS); do \
 	  echo "== notebooks under $$path"; \
 	  env $$(echo $$path | tr , ' ') $(TEST_ENV) $(BIN)/python -m pytest $(PARALLEL) \
-	    -p no:cacheprovider book $(NBVAL); \
+	    -p no:cacheprovider --ignore=book/part3/distributed.ipynb book $(NBVAL); \
 	done
 
 # Re-run one notebook and compare with its committed outputs: make nbval NB=book/part1/x.ipynb
