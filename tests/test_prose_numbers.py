@@ -70,7 +70,6 @@ NOT_YET = {
     "book/part2/gpt.ipynb",
     "book/part3/modern.ipynb",
     "book/part3/gpt2.ipynb",
-    "book/part3/distributed.ipynb",
 }
 NOTEBOOKS = [nb for nb in ALL_NOTEBOOKS if nb not in NOT_YET]
 
