@@ -68,7 +68,6 @@ ALL_NOTEBOOKS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "book").rglob("
 NOT_YET = {
     "book/part2/bigram.ipynb",
     "book/part2/gpt.ipynb",
-    "book/part3/modern.ipynb",
     "book/part3/gpt2.ipynb",
 }
 NOTEBOOKS = [nb for nb in ALL_NOTEBOOKS if nb not in NOT_YET]
