@@ -68,8 +68,10 @@ class Muon(torch.optim.Optimizer):
 
     Muon groups (2-D weights): ``buf = momentum * buf + g``; the update ``g + momentum * buf``
     (Nesterov) or ``buf`` is orthogonalised by :func:`newton_schulz` and applied as
-    ``p -= lr * sqrt(max(1, rows / cols)) * update`` (the factor keeps the entries' size the same
-    for tall matrices). AdamW groups: the usual AdamW update with decoupled weight decay.
+    ``p -= lr * sqrt(max(1, rows / cols)) * update``. An orthogonal ``rows x cols`` matrix has
+    entries of RMS ``1 / sqrt(max(rows, cols))``; with the factor, every shape's step has entries
+    of RMS ``lr / sqrt(cols)``, where ``cols`` is the input width of ``nn.Linear``'s ``(out, in)``
+    weight. AdamW groups: the usual AdamW update with decoupled weight decay.
 
     Every group's step size is ``group["lr"] * group["lr_scale"]``, so a schedule that sets the
     same ``lr`` on every group (like ``helpers.training.train_step``) scales both together while

@@ -66,6 +66,19 @@ def test_muon_step_is_orthogonalised_momentum() -> None:
     assert_close(w.detach(), expected)
 
 
+def test_wide_matrix_gets_no_factor() -> None:
+    """Rows are nn.Linear's outputs: a wide (out < in) weight steps by lr alone; a factor taken
+    from an (in, out) layout, sqrt(16 / 8), would make its step larger."""
+    torch.manual_seed(1)
+    w = nn.Parameter(torch.randn(8, 16))
+    opt = Muon([{"params": [w], "use_muon": True}], lr=0.01, nesterov=False)
+    w0 = w.detach().clone()
+    grad = torch.randn(8, 16)
+    w.grad = grad.clone()
+    opt.step()
+    assert_close(w.detach(), w0 - 0.01 * newton_schulz(grad))
+
+
 def test_make_muon_splits_parameters() -> None:
     model = GPT(GPTConfig(pos="rope", norm="rmsnorm", qk_norm=True, mlp="relu2"))
     opt = make_muon(model, lr=1e-3, weight_decay=0.1, muon_lr_scale=8.0)
