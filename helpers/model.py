@@ -77,8 +77,8 @@ class GPTConfig:
     mlp: str = "gelu"
     qk_norm: bool = False  #: RMSNorm (learned gains) on every head's queries and keys
     #: The factor that multiplies the scores; ``None`` is ``1 / sqrt(head_size)``. With
-    #: ``qk_norm`` the scores start bounded by ``qk_scale * head_size``, so a larger scale than
-    #: ``1 / sqrt(head_size)`` is usual there.
+    #: ``qk_norm`` the scores start bounded by ``qk_scale * head_size``, so some implementations
+    #: use a larger scale than ``1 / sqrt(head_size)`` there (modded-nanoGPT), others do not.
     qk_scale: float | None = None
     rope_base: float = 10000.0  #: RoPE's frequency base
 
