@@ -266,6 +266,62 @@ def test_train_is_reproducible() -> None:
     torch.testing.assert_close(runs[0], runs[1], rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("seed", [0, 1])
+def test_train_is_the_loop_written_out(seed: int) -> None:
+    """Chapter 8 writes the loop out and checks train() against it bit for bit; so does this."""
+    from helpers.model import GPT, GPTConfig
+
+    config = TrainConfig(
+        max_steps=12,
+        batch_size=3,
+        block_size=6,
+        max_lr=0.02,
+        min_lr=0.002,
+        warmup_steps=4,
+        eval_interval=5,
+        eval_steps=1,
+        seed=seed,
+    )
+    data = random_tokens(300, vocab_size=7, seed=seed)
+    gpt = GPTConfig(vocab_size=7, block_size=6, n_layer=1, n_head=2, n_embd=8)
+    _ = torch.manual_seed(seed)
+    model = GPT(gpt)
+    by_hand = GPT(gpt)
+    by_hand.load_state_dict(model.state_dict())
+    before = model.tok_emb.weight.detach().clone()
+    train(model, data[:200], data[200:], config)
+
+    params = list(by_hand.parameters())
+    opt = torch.optim.AdamW(
+        [
+            {"params": [p for p in params if p.dim() >= 2], "weight_decay": config.weight_decay},
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+        ],
+        lr=config.max_lr,
+        betas=(0.9, 0.99),
+    )
+    g = torch.Generator().manual_seed(seed)
+    for step in range(config.max_steps):
+        if step < config.warmup_steps:
+            lr = config.max_lr * (step + 1) / config.warmup_steps
+        else:
+            progress = (step - config.warmup_steps) / (config.max_steps - config.warmup_steps)
+            lr = config.min_lr + 0.5 * (config.max_lr - config.min_lr) * (
+                1 + math.cos(math.pi * progress)
+            )
+        for group in opt.param_groups:
+            group["lr"] = lr
+        x, y = get_batch(data[:200], config.block_size, config.batch_size, generator=g)
+        _, loss = by_hand(x, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(by_hand.parameters(), config.grad_clip)
+        opt.step()
+    for p, q in zip(model.parameters(), by_hand.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=0, atol=0)
+    assert not torch.equal(model.tok_emb.weight, before)  # it did train
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_train_step_is_the_textbook_step(seed: int) -> None:
     torch.manual_seed(seed)
