@@ -107,8 +107,9 @@ def copy_masks(lengths: torch.Tensor, T: int) -> tuple[torch.Tensor, torch.Tenso
 class AttentionOnly(nn.Module):
     """A GPT without MLPs and norms: token and learned position embeddings, ``n_layer`` residual
     layers of causal multi-head attention (``helpers.multihead.MultiHeadAttention``, chapter 5's
-    layer; ``n_heads[l]`` heads in layer ``l``), an untied linear read-out. ``x = emb(idx) + pos; x = x + attn_l(x) (each layer);
-    logits = head(x)``: the smallest model in which an induction head can form (with two layers).
+    layer; ``n_heads[l]`` heads in layer ``l``), an untied linear read-out:
+    ``x = emb(idx) + pos``, then ``x = x + attn_l(x)`` for each layer, ``logits = head(x)``. The
+    smallest model in which an induction head can form (with two layers).
     """
 
     def __init__(
@@ -226,7 +227,7 @@ def train_copying(
 def phase_change_step(history: CopyHistory, threshold: float) -> int | None:
     """The first recorded step at which the second-copy loss is below ``threshold``, or ``None``
     if it never is."""
-    for step, loss in zip(history.steps, history.second):
+    for step, loss in zip(history.steps, history.second, strict=True):
         if loss < threshold:
             return step
     return None
