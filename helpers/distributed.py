@@ -19,6 +19,7 @@ import signal
 import socket
 import subprocess
 import sys
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -204,7 +205,13 @@ def torchrun_command(
 ) -> list[str]:
     """The ``torchrun`` command line that starts ``target`` (``["-m", "module", ...]`` or
     ``["script.py", ...]``) on ``nproc_per_node`` processes of this machine, meeting the other
-    ``nnodes - 1`` machines at the c10d rendezvous ``host:port``."""
+    ``nnodes - 1`` machines at the c10d rendezvous ``host:port``.
+
+    ``run_id`` names the job: the nodes of one job must pass the same id, and two jobs that
+    share an endpoint are kept apart only by their ids, so give every job its own (a cluster's
+    job id; :func:`run_torchrun` draws a fresh one per launch)."""
+    if not run_id:
+        raise ValueError("run_id is empty: every node of a job passes the job's own id")
     check_positive_int("nproc_per_node", nproc_per_node)
     check_positive_int("nnodes", nnodes)
     check_positive_int("port", port)
@@ -242,16 +249,21 @@ def run_torchrun(
     returned text is the script's own output and nothing else.
 
     Each ``torchrun`` is started in its own process group and killed with everything it started
-    if it runs past ``timeout`` seconds, so a hung collective cannot hang the caller.
+    if it runs past ``timeout`` seconds, so a hung collective cannot hang the caller. Every launch
+    gets a free port and its own rendezvous id (``afs-`` and 12 random hex digits), shared by its
+    nodes only, so two launches can never join one job.
 
     Raises:
         RuntimeError: if a launch fails or times out (its output is in the message).
     """
     port = free_port()
+    run_id = f"afs-{uuid.uuid4().hex[:12]}"
     base_env = {**os.environ, "OMP_NUM_THREADS": "1", **(env or {})}
     procs = [
         subprocess.Popen(
-            torchrun_command(target, nproc_per_node=nproc_per_node, port=port, nnodes=nnodes),
+            torchrun_command(
+                target, nproc_per_node=nproc_per_node, port=port, nnodes=nnodes, run_id=run_id
+            ),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -11,8 +11,11 @@ unchanged
 whole model and the gradients are averaged by an all-reduce. ``--mode fsdp`` shards parameters,
 gradients and optimiser state over the ranks with ``fully_shard`` (FSDP2). Each rank draws its
 own windows of the text (``helpers.distributed.rank_generator``), so the global batch is
-``world_size * grad_accum * batch_size`` windows. Rank 0 writes the checkpoint (``--out``, the
-format ``helpers.export.load_gpt`` reads) and a JSON report (``--report``).
+``world_size * grad_accum * batch_size`` windows. With ``--grad-accum k`` the ranks
+communicate once per optimiser step, during the last micro-step's backward pass (DDP's
+``no_sync``, FSDP's ``set_requires_gradient_sync``). Rank 0 writes the checkpoint (``--out``, the
+format ``helpers.export.load_gpt`` reads) and a JSON report (``--report``); with
+``--measure-memory`` the report also holds each rank's memory during its second step.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from torch.nn.parallel import DistributedDataParallel
 from helpers.data import load_tinyshakespeare
 from helpers.distributed import DistEnv, init_distributed, rank_generator
 from helpers.export import export_gpt
+from helpers.measure import AllocatorTrace
 from helpers.model import GPT, GPTConfig
 from helpers.tokenizer import CharTokenizer
 from helpers.training import cosine_lr, estimate_loss, get_batch, make_adamw, train_val_split
@@ -71,6 +75,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "and concatenate them (the single-process twin of a torchrun run)",
     )
     p.add_argument("--eval-batches", type=int, default=20, help="batches per loss estimate")
+    p.add_argument(
+        "--measure-memory",
+        action="store_true",
+        help="record each rank's bytes at rest and at peak during its second step (CPU: "
+        "PyTorch's allocator, from before the model is built; CUDA: memory_allocated)",
+    )
     p.add_argument("--out", type=Path, default=None, help="checkpoint to write (rank 0)")
     p.add_argument("--report", type=Path, default=None, help="JSON report to write (rank 0)")
     args = p.parse_args(argv)
@@ -84,6 +94,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     ):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be a positive integer")
+    if args.measure_memory and args.steps < 2:
+        p.error("--measure-memory measures the second step: it needs --steps 2 or more")
     return args
 
 
@@ -158,8 +170,13 @@ def main(argv: Sequence[str] | None = None) -> dict:
     data = torch.tensor(tokenizer.encode(text), dtype=torch.long)
     train_data, val_data = train_val_split(data)
 
+    cuda = env.device.startswith("cuda")
+    memory = contextlib.ExitStack()  # the allocator trace, from the model's birth to step 2
+    trace = memory.enter_context(AllocatorTrace()) if args.measure_memory and not cuda else None
+    memory_bytes: dict[str, int] = {}
     model = build_model(args, tokenizer.vocab_size).to(env.device)
     ddp_model = wrap(model, args.mode, env)
+    fsdp = args.mode == "fsdp"
     step_model = torch.compile(ddp_model) if args.compile else ddp_model
     optimizer = make_adamw(model, lr=args.lr, weight_decay=args.weight_decay)
     if args.emulate_ranks > 1 and env.world_size > 1:
@@ -184,37 +201,58 @@ def main(argv: Sequence[str] | None = None) -> dict:
     losses = torch.zeros(args.steps, device=env.device)  # kept on the device: no sync per step
     grad_norms = torch.zeros(args.steps, device=env.device)
     first_x = None
+    logits_dtype = None
     start = time.perf_counter()
     for step in range(args.steps):
         optimizer.zero_grad(set_to_none=True)
-        lr = cosine_lr(
-            step,
-            max_lr=args.lr,
-            warmup_steps=args.warmup,
-            total_steps=args.steps,
-            min_lr=args.min_lr,
-        )
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        for micro in range(args.grad_accum):
-            x, y = next_batch()
-            if first_x is None:
-                first_x = x.cpu()
-            # DDP all-reduces during the last micro-step's backward only.
-            last = micro == args.grad_accum - 1
-            sync = contextlib.nullcontext()
-            if isinstance(ddp_model, DistributedDataParallel) and not last:
-                sync = ddp_model.no_sync()
-            with sync:
-                with autocast:
-                    _, loss = step_model(x, y)
-                (loss / args.grad_accum).backward()
-            losses[step] += loss.detach() / args.grad_accum
-        # The norm of the whole (averaged) gradient, before clipping: a gradient summed instead
-        # of averaged over ranks shows here, while Adam's update would almost hide it.
-        norm = nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip or float("inf"))
-        grad_norms[step] = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
-        optimizer.step()
+        measuring = args.measure_memory and step == 1  # Adam's state exists from step 1 on
+        mark = contextlib.nullcontext()
+        if measuring and trace is not None:
+            mark = trace.mark("step")
+        elif measuring:
+            memory_bytes["at_rest"] = torch.cuda.memory_allocated(env.device)
+            torch.cuda.reset_peak_memory_stats(env.device)
+        with mark:
+            lr = cosine_lr(
+                step,
+                max_lr=args.lr,
+                warmup_steps=args.warmup,
+                total_steps=args.steps,
+                min_lr=args.min_lr,
+            )
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            for micro in range(args.grad_accum):
+                x, y = next_batch()
+                if first_x is None:
+                    first_x = x.cpu()
+                # The ranks communicate during the last micro-step's backward only: until then
+                # each rank adds its micro-batches' gradients up locally (with FSDP, unsharded).
+                last = micro == args.grad_accum - 1
+                sync = contextlib.nullcontext()
+                if isinstance(ddp_model, DistributedDataParallel) and not last:
+                    sync = ddp_model.no_sync()
+                if fsdp and args.grad_accum > 1:
+                    model.set_requires_gradient_sync(last)  # type: ignore[operator]
+                with sync:
+                    with autocast:
+                        logits, loss = step_model(x, y)
+                    (loss / args.grad_accum).backward()
+                logits_dtype = str(logits.dtype).removeprefix("torch.")
+                losses[step] += loss.detach() / args.grad_accum
+                del logits, loss  # nothing of this micro-step outlives it
+            # The norm of the whole (averaged) gradient, before clipping: a gradient summed
+            # instead of averaged over ranks shows here, while Adam's update would almost hide it.
+            norm = nn.utils.clip_grad_norm_(model.parameters(), args.grad_clip or float("inf"))
+            grad_norms[step] = norm.full_tensor() if hasattr(norm, "full_tensor") else norm
+            optimizer.step()
+        if measuring:
+            if trace is not None:
+                memory.close()  # ends the trace
+                memory_bytes["at_rest"] = trace.live_at_start("step")
+                memory_bytes["step_peak"] = trace.peak("step")
+            else:
+                memory_bytes["step_peak"] = torch.cuda.max_memory_allocated(env.device)
     if env.world_size > 1:
         dist.all_reduce(losses)
         losses /= env.world_size
@@ -251,6 +289,20 @@ def main(argv: Sequence[str] | None = None) -> dict:
         "tokens_per_second": args.steps * global_batch * args.block_size / seconds,
         "n_params": sum(p.numel() for p in GPT(model.config).parameters()),
         "state_bytes_per_rank": _gather_ints(state_bytes, env),
+        # --measure-memory: bytes alive on each rank after zero_grad at the start of step 2,
+        # and the most alive during that step (see AllocatorTrace); empty lists without it.
+        "bytes_at_rest_per_rank": _gather_ints(memory_bytes["at_rest"], env)
+        if memory_bytes
+        else [],
+        "step_peak_bytes_per_rank": _gather_ints(memory_bytes["step_peak"], env)
+        if memory_bytes
+        else [],
+        "grad_accum": args.grad_accum,
+        "dtype": args.dtype,
+        "logits_dtype": logits_dtype,  # bfloat16 when autocast ran the matrix products
+        "compiled": args.compile,
+        # DDP's gradient bucket size (bytes), as the DDP object was built; None without DDP.
+        "ddp_bucket_bytes": getattr(ddp_model, "bucket_bytes_cap", None),
         "ranks_drew_distinct_batches": distinct,
         # DDP only: the largest difference between any rank's weights and rank 0's.
         "max_weight_diff_across_ranks": max(
