@@ -20,10 +20,12 @@ from helpers.checking.multihead_cross import check_split_heads
 from helpers.checking.positional_encoding import check_sinusoidal_encoding
 from helpers.checking.queries_keys_values import check_causal_attention
 from helpers.checking.scaling_softmax import check_scaled_scores
+from helpers.checking.what_attention_learns import check_ablate_head, check_prefix_matching
 
 __all__ = [
     "NOT_IMPLEMENTED_MESSAGE",
     "CheckResult",
+    "check_ablate_head",
     "check_average_gradients",
     "check_bigram_loss",
     "check_block_forward",
@@ -35,6 +37,7 @@ __all__ = [
     "check_get_batch",
     "check_layer_norm",
     "check_merge_partials",
+    "check_prefix_matching",
     "check_rope",
     "check_running_average",
     "check_scaled_scores",
