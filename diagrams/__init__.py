@@ -25,6 +25,7 @@ DIAGRAMS: dict[str, str] = {
     "kv_cache": "diagrams.kv_cache",
     "flash_tiles": "diagrams.flash_tiles",
     "data_parallel": "diagrams.data_parallel",
+    "induction_circuit": "diagrams.induction_circuit",
 }
 
 
