@@ -12,8 +12,9 @@ whole model and the gradients are averaged by an all-reduce. ``--mode fsdp`` sha
 gradients and optimiser state over the ranks with ``fully_shard`` (FSDP2). Each rank draws its
 own windows of the text (``helpers.distributed.rank_generator``), so the global batch is
 ``world_size * grad_accum * batch_size`` windows. With ``--grad-accum k`` the ranks
-communicate once per optimiser step, during the last micro-step's backward pass (DDP's
-``no_sync``, FSDP's ``set_requires_gradient_sync``). Rank 0 writes the checkpoint (``--out``, the
+reduce their gradients once per optimiser step, during the last micro-step's backward pass
+(DDP's ``no_sync``, FSDP's ``set_requires_gradient_sync``); FSDP still all-gathers the weights
+for every micro-step. Rank 0 writes the checkpoint (``--out``, the
 format ``helpers.export.load_gpt`` reads) and a JSON report (``--report``); with
 ``--measure-memory`` the report also holds each rank's memory during its second step.
 """
