@@ -66,7 +66,6 @@ ALL_NOTEBOOKS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "book").rglob("
 # nothing backs (settings of the benchmark, constants of an algorithm); each leaves this list
 # when it complies.
 NOT_YET = {
-    "book/part2/gpt.ipynb",
 }
 NOTEBOOKS = [nb for nb in ALL_NOTEBOOKS if nb not in NOT_YET]
 
