@@ -21,7 +21,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from helpers.bench_results import mean_sd, paired_differences, verdict  # noqa: E402
+from helpers.bench_results import (  # noqa: E402
+    budget_misses,
+    mean_sd,
+    paired_differences,
+    verdict,
+)
 
 RESULTS = ROOT / "bench" / "results.json"
 README = ROOT / "bench" / "README.md"
@@ -45,6 +50,31 @@ def pm(values: list[float], digits: int = 3, sign: str = "") -> str:
     return mean_text if len(values) == 1 else f"{mean_text} ± {sd:.{digits}f}"
 
 
+def machine_line(run: dict) -> str:
+    """The CPU, threads, torch, nanoGPT commit and matrix-product peak of a wall-clock run."""
+    m = run["machine"]
+    peak = f"{m['matmul_peak_gflops']:.0f}"
+    if "matmul_peak_gflops_after" in m:
+        peak += f" GFLOP/s before the runs and {m['matmul_peak_gflops_after']:.0f} after"
+    else:
+        peak += " GFLOP/s"
+    return (
+        f"{m['cpu']}, {m['cpus']} cores, {m['threads']} thread{'s' * (m['threads'] != 1)} per "
+        f"run, torch {m['torch']}, "
+        f"nanoGPT at commit `{m['nanogpt_commit']}`; float32 matrix-product peak {peak}"
+    )
+
+
+def wallclock_runs(runs: dict) -> list[dict]:
+    """The wall-clock runs of nanoGPT against the book's recipes, shortest budget first."""
+    found = [
+        run
+        for run in runs.values()
+        if "budget_seconds" in run and "nanoGPT" in run["recipes"] and "tolerance" in run
+    ]
+    return sorted(found, key=lambda run: run["budget_seconds"])
+
+
 def wallclock_table(runs: dict) -> str:
     run = runs["wallclock"]
     recs = run["recipes"]
@@ -56,19 +86,68 @@ def wallclock_table(runs: dict) -> str:
     for name, rec in recs.items():
         vs = "" if name == "nanoGPT" else pm(paired_differences(rec, recs["nanoGPT"]), sign="+")
         rows.append(
-            f"| `{name}` | {span(rec['steps'], ',.0f')} | {span(rec['seconds'], '.0f')} | "
+            f"| `{name}` | {span(rec['steps'], ',.0f')} | {span(rec['seconds'], '.1f')} | "
             f"{rec['tokens_per_s']:,.0f} | {100 * rec['mfu']:.0f}% | "
             f"{pm(rec['test_loss'])} | {vs} | {pm(rec['val_loss'])} |"
         )
-    m = run["machine"]
+    if budget_misses(run):
+        raise ValueError(f"the headline misses its budget: {budget_misses(run)}")
     rows += [
         "",
-        f"Seeds {', '.join(map(str, recs['nanoGPT']['seeds']))}; mean ± sd over seeds; "
-        f"{m['cpu']}, {m['cpus']} cores, {m['threads']} threads (PyTorch's default), torch "
-        f"{m['torch']}, nanoGPT at commit `{m['nanogpt_commit']}`; float32 matrix-product peak "
-        f"{m['matmul_peak_gflops']:.0f} GFLOP/s. "
-        "Steps and training seconds: lowest to highest over the seeds; tokens/s: all steps over "
-        "all training seconds.",
+        f"Budget {run['budget_seconds']:.0f} s; seeds "
+        f"{', '.join(map(str, recs['nanoGPT']['seeds']))}; mean ± sd over seeds; "
+        f"{machine_line(run)}. Steps and training seconds: lowest to highest over the seeds "
+        f"(every run within {100 * run['tolerance']:.0f}% of the budget); tokens/s: all steps "
+        "over all training seconds.",
+    ]
+    return "\n".join(rows)
+
+
+def budgets_table(runs: dict) -> str:
+    """Every wall-clock budget: steps, model FLOPs, seconds and test loss of each contender.
+
+    Raises:
+        ValueError: if the results hold no wall-clock run with a budget.
+    """
+    if not wallclock_runs(runs):
+        raise ValueError("results.json has no wall-clock run with a budget and a tolerance")
+    rows = [
+        "| budget | contender | steps | model FLOPs (T) | trained (s) | of which on the CPU "
+        "| test loss | vs nanoGPT, paired | verdict | vs `book`, paired | verdict |",
+        "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- |",
+    ]
+    notes = []
+    for run in wallclock_runs(runs):
+        budget = f"{run['budget_seconds']:.0f} s"
+        recs = run["recipes"]
+        for name, rec in recs.items():
+            vs = say = vs_book = say_book = ""
+            if name != "nanoGPT":
+                diffs = paired_differences(rec, recs["nanoGPT"])
+                vs, say = pm(diffs, sign="+"), verdict(diffs)
+            if name not in ("nanoGPT", "book") and "book" in recs:
+                diffs = paired_differences(rec, recs["book"])
+                vs_book, say_book = pm(diffs, sign="+"), verdict(diffs)
+            flops = [f / 1e12 for f in rec["train_flops"]]
+            cpu_share = [c / w for c, w in zip(rec["cpu_seconds"], rec["seconds"], strict=True)]
+            rows.append(
+                f"| {budget} | `{name}` | {span(rec['steps'], ',.0f')} | {span(flops, '.1f')} | "
+                f"{span(rec['seconds'], '.1f')} | {span(cpu_share, '.0%')} | "
+                f"{pm(rec['test_loss'])} | {vs} | {say} | {vs_book} | {say_book} |"
+            )
+        peak = run["machine"]["matmul_peak_gflops"]
+        seeds = ", ".join(map(str, recs["nanoGPT"]["seeds"]))
+        redone = sorted({seed for rerun in run.get("reruns", []) for seed in rerun["seeds"]})
+        again = f" (seed {', '.join(map(str, redone))} run again)" if redone else ""
+        notes.append(
+            f"{budget}: seeds {seeds}{again}; {machine_line(run)}; the budget times that peak: "
+            f"{run['budget_seconds'] * peak / 1e3:,.1f} TFLOP."
+        )
+    rows += [
+        "",
+        "Mean ± sd over seeds; ranges lowest to highest. Of which on the CPU: CPU seconds over "
+        "training seconds (nanoGPT's CPU seconds are its whole process's, start-up and "
+        "evaluation included). " + " ".join(notes),
     ]
     return "\n".join(rows)
 
@@ -162,11 +241,15 @@ def gpu_table(runs: dict) -> str:
 
 TABLES: dict[str, Callable[[dict], str]] = {
     "wallclock": wallclock_table,
+    "budgets": budgets_table,
     "ablation": ablation_table,
     "lr_vs_width": lr_vs_width_table,
     "search": search_table,
     "gpu": gpu_table,
 }
+
+
+COMBINED = {"budgets"}  # tables drawn from several labelled runs, not one
 
 
 def render(readme: str, runs: dict) -> str:
@@ -181,7 +264,7 @@ def render(readme: str, runs: dict) -> str:
         )
         if not pattern.search(readme):
             raise ValueError(f"README has no <!-- results:{name} --> block")
-        if name not in runs:
+        if name not in runs and name not in COMBINED:
             raise ValueError(f"results.json has no run labelled {name!r}")
         text = table(runs) + "\n"
         readme = pattern.sub(lambda m, text=text: m[1] + text + m[2], readme)

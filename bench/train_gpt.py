@@ -69,6 +69,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from helpers.bench_results import budget_misses
 from helpers.cost import forward_flops
 from helpers.data import load_tinyshakespeare
 from helpers.model import GPT, SIZE_FIELDS, GPTConfig
@@ -259,7 +260,13 @@ def validate_results(results: object) -> None:
     Optional: a recipe's ``"curves"`` (one list per seed of ``[step, seconds, val_loss]``
     points, steps and seconds increasing) and ``tokens_per_s`` / ``mfu`` (positive where
     given); a run's ``"calibration"`` (``{"command": str, "machine": {...}, "ms_per_step":
-    {name: float}}``, the measurement its step counts come from, one entry per recipe)."""
+    {name: float}}``, the measurement its step counts come from, one entry per recipe).
+
+    A wall-clock run (``bench/wallclock.py``'s) has ``"budget_seconds"`` and ``"tolerance"``:
+    every run's training seconds must be within the tolerance of the budget
+    (:func:`helpers.bench_results.budget_misses`), and where recipes have ``"target_seconds"``
+    (the seconds each was given), a book recipe's target in a seed is nanoGPT's measured
+    training seconds in that seed."""
     if not isinstance(results, dict) or results.get("schema") != RESULTS_SCHEMA:
         raise ValueError(f"results must be a dict with schema {RESULTS_SCHEMA}")
     runs = results.get("runs")
@@ -303,6 +310,30 @@ def validate_results(results: object) -> None:
                 _validate_curves(where, rec["curves"], n)
         if "calibration" in run:
             _validate_calibration(label, run["calibration"], set(recipes))
+        if "budget_seconds" in run:
+            _validate_budget(label, run)
+
+
+def _validate_budget(label: str, run: dict) -> None:
+    misses = budget_misses(run)
+    if misses:
+        raise ValueError(
+            f"run {label!r} misses its budget of {run['budget_seconds']} s by more than "
+            f"{100 * run['tolerance']:.0f}%: {'; '.join(misses)}"
+        )
+    recipes = run["recipes"]
+    if "nanoGPT" not in recipes:
+        return
+    nano = dict(zip(recipes["nanoGPT"]["seeds"], recipes["nanoGPT"]["seconds"], strict=True))
+    for name, rec in recipes.items():
+        if name == "nanoGPT" or "target_seconds" not in rec:
+            continue
+        for seed, target in zip(rec["seeds"], rec["target_seconds"], strict=True):
+            if seed not in nano or abs(target - nano[seed]) > 1e-3:
+                raise ValueError(
+                    f"{label}/{name} seed {seed}: given {target} s, not nanoGPT's training "
+                    "seconds in that seed"
+                )
 
 
 def _validate_curves(where: str, curves: object, n: int) -> None:

@@ -1,10 +1,15 @@
 """The headline comparison: nanoGPT's own code against the book's recipes, same wall clock.
 
 What a reader gets on their own machine: every contender trains for the same wall-clock budget
-(``--seconds``, 180 by default) in a fresh process with PyTorch's default number of threads, on
-the same training text, and is then scored on the same held-out test text with the same batches.
-Run it on an otherwise idle machine; the contenders take turns (the order rotates from seed to
-seed) so that a slow patch of the machine does not fall on one of them only.
+(``--seconds``, 180 by default) in a fresh process on the same training text, and is then scored
+on the same held-out test text with the same batches. Run it on a core nothing else uses (e.g.
+``taskset -c 1`` with ``--threads 1``), or on an otherwise idle machine.
+
+The budget is equal in fact: nanoGPT runs first in every seed, and the book's recipes are then
+given exactly the training seconds nanoGPT measured in that seed (``target_seconds`` in the
+results). A nanoGPT run more than ``TOLERANCE`` (5%) away from ``--seconds`` is run again (at
+most ``--retries`` times) with its corrected time per iteration; the results file's check
+(``train_gpt.validate_results``) refuses a comparison with a run outside the tolerance.
 
 * ``nanoGPT``: Andrej Karpathy's ``train.py`` (https://github.com/karpathy/nanoGPT; clone it
   anywhere outside this repository and pass ``--nanogpt``; none of its code is copied here)
@@ -18,21 +23,23 @@ seed) so that a slow patch of the machine does not fall on one of them only.
   ``always_save_checkpoint``); this script loads that checkpoint with nanoGPT's own
   ``model.py`` and scores it like the book's models. Its training time is the sum of the
   per-iteration times it logs, up to that checkpoint.
-* the book's recipes (``bench/train_gpt.py``'s, e.g. ``book`` and ``modern``), each trained by
-  :func:`train_gpt.train_for_seconds`: the recipe's warm-up and cosine schedule, with the run's
-  length in steps re-estimated from the speed so far, until the budget is spent. The clock is
-  paused while a point of the validation curve is estimated (every ``--curve-every`` seconds).
+* the book's recipes (``bench/train_gpt.py``'s, e.g. ``book`` and ``tuned``), each trained by
+  :func:`train_gpt.train_for_seconds` for nanoGPT's seconds: the recipe's warm-up and cosine
+  schedule, with the run's length in steps re-estimated from the speed so far, until the time
+  is spent. The clock is paused while a point of the validation curve is estimated (every
+  ``--curve-every`` seconds). They take turns behind nanoGPT (the order rotates by seed).
 
 Scores: the loss on the test text (the last 5% of Tiny Shakespeare; the final choice among
 recipes used the 5% before it, earlier choices looked at both, see bench/README.md) and on the
 validation text, 50 batches of 32 windows each with a fixed seed (``train_gpt.EVAL_*``).
 ``--results bench/results.json`` stores everything under ``--label``.
 
-Example (about 3 x 3 x 3.2 minutes)::
+Example (about 3 x 3 x 3.2 minutes; the chapters read the label ``wallclock``, 180 s)::
 
     git clone https://github.com/karpathy/nanoGPT /tmp/nanoGPT
-    .venv/bin/python bench/wallclock.py --nanogpt /tmp/nanoGPT --recipes book,modern \\
-        --seeds 1337,1,2 --results bench/results.json --label wallclock
+    taskset -c 1 .venv/bin/python bench/wallclock.py --nanogpt /tmp/nanoGPT \\
+        --recipes book,tuned --seeds 1337,1,2 --threads 1 --seconds 180 \\
+        --results bench/results.json --label wallclock
 """
 
 from __future__ import annotations
@@ -58,11 +65,23 @@ from nanogpt_compare import NANOGPT_CPU_RECIPE, prepare_data  # noqa: E402
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 CALIBRATION_ITERS = 60
+TOLERANCE = 0.05  # the most a run's training seconds may miss the budget by
 
 
-def default_thread_env() -> dict[str, str]:
-    """The environment without thread-count settings: PyTorch picks its default."""
-    return {k: v for k, v in os.environ.items() if k not in THREAD_VARIABLES}
+def thread_env(threads: int | None = None) -> dict[str, str]:
+    """The environment for a contender's process: without thread-count settings (PyTorch picks
+    its default) or, with ``threads``, that many threads."""
+    env = {k: v for k, v in os.environ.items() if k not in THREAD_VARIABLES}
+    if threads is not None:
+        env.update({k: str(threads) for k in THREAD_VARIABLES})
+    return env
+
+
+def within_budget(seconds: float, budget: float, tolerance: float = TOLERANCE) -> bool:
+    """Whether ``seconds`` of training is within ``tolerance`` (a fraction) of ``budget``."""
+    if budget <= 0 or tolerance < 0:
+        raise ValueError(f"budget must be positive and tolerance >= 0, got {budget}, {tolerance}")
+    return abs(seconds - budget) <= tolerance * budget
 
 
 def nanogpt_iteration_times(log: str) -> dict[int, float]:
@@ -74,7 +93,7 @@ def nanogpt_iteration_times(log: str) -> dict[int, float]:
 
 
 def run_nanogpt(
-    nanogpt: Path, iters: int, seed: int
+    nanogpt: Path, iters: int, seed: int, threads: int | None = None
 ) -> tuple[str, Path, tempfile.TemporaryDirectory]:
     """nanoGPT's train.py for ``iters`` iterations with its seed shifted to ``seed``; returns its
     log, its checkpoint and the temporary folder that holds it (delete when done)."""
@@ -98,7 +117,7 @@ def run_nanogpt(
         "--always_save_checkpoint=True",
         f"--out_dir={folder.name}",
     ]
-    env = default_thread_env()
+    env = thread_env(threads)
     proc = subprocess.run(cmd, cwd=nanogpt, env=env, capture_output=True, text=True)
     if proc.returncode:
         raise RuntimeError(f"nanoGPT failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
@@ -143,7 +162,9 @@ def book_worker(recipe: str, seed: int, seconds: float, curve_every: float) -> N
     print(json.dumps(out))
 
 
-def run_book(recipe: str, seed: int, seconds: float, curve_every: float) -> dict:
+def run_book(
+    recipe: str, seed: int, seconds: float, curve_every: float, threads: int | None = None
+) -> dict:
     cmd = [
         sys.executable,
         __file__,
@@ -153,24 +174,128 @@ def run_book(recipe: str, seed: int, seconds: float, curve_every: float) -> dict
         f"--seconds={seconds}",
         f"--curve-every={curve_every}",
     ]
-    proc = subprocess.run(cmd, cwd=ROOT, env=default_thread_env(), capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=ROOT, env=thread_env(threads), capture_output=True, text=True)
     if proc.returncode:
         raise RuntimeError(f"book worker failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def cpu_model() -> str:
+    """The CPU's model name from ``/proc/cpuinfo`` (``"unknown CPU"`` where there is none)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
+
+
+def nanogpt_run(
+    nanogpt: Path, iters: int, seed: int, threads: int | None, held_out: dict[str, torch.Tensor]
+) -> dict:
+    """One full nanoGPT run of ``iters`` iterations, scored; its training seconds are the sum of
+    the per-iteration times it logs up to its checkpoint."""
+    usage = os.times()
+    log, ckpt, folder = run_nanogpt(nanogpt, iters, seed, threads)
+    after = os.times()
+    cpu_used = (
+        after.children_user + after.children_system - usage.children_user - usage.children_system
+    )
+    times = nanogpt_iteration_times(log)
+    if not set(range(iters)) <= times.keys():
+        raise RuntimeError("nanoGPT's log lacks some iterations' times")
+    scores = nanogpt_scores(nanogpt, ckpt, held_out)
+    folder.cleanup()
+    if scores["iter"] != iters:
+        raise RuntimeError(f"nanoGPT saved iteration {scores['iter']}, not {iters}")
+    trained = sum(t for it, t in times.items() if it < iters)
+    return {"steps": iters, "seconds": trained, "cpu_seconds": cpu_used, "curve": [], **scores}
+
+
+PER_SEED = (
+    "seeds",
+    "steps",
+    "val_loss",
+    "test_loss",
+    "seconds",
+    "cpu_seconds",
+    "target_seconds",
+    "curves",
+    "train_flops",
+)
+
+
+def summarise(rec: dict, peak: float) -> None:
+    """Set a contender's ``tokens_per_s`` (all steps over all training seconds) and ``mfu``
+    (its model FLOPs per second over the matrix-product ``peak`` in GFLOP/s)."""
+    tokens = 768 * sum(rec["steps"])  # every contender: batch 12 x 64 characters
+    rec["tokens_per_s"] = tokens / sum(rec["seconds"])
+    rec["mfu"] = sum(rec["train_flops"]) / sum(rec["seconds"]) / (peak * 1e9)
+
+
+def merge_seeds(stored: dict, new: dict) -> dict:
+    """``stored`` (a run of this script) with the seeds that ``new`` ran replaced by ``new``'s
+    runs of them, in ``stored``'s order of seeds; ``new``'s command, seeds and machine are
+    listed under ``"reruns"``.
+
+    Raises:
+        ValueError: if the two runs differ in budget or contenders, or ``new`` has a seed that
+            ``stored`` lacks.
+    """
+    if stored["budget_seconds"] != new["budget_seconds"] or set(stored["recipes"]) != set(
+        new["recipes"]
+    ):
+        raise ValueError("a re-run must have the stored run's budget and contenders")
+    seeds = stored["recipes"]["nanoGPT"]["seeds"]
+    redone = new["recipes"]["nanoGPT"]["seeds"]
+    if not set(redone) <= set(seeds):
+        raise ValueError(f"seeds {redone} are not all in the stored run's {seeds}")
+    merged = json.loads(json.dumps(stored))
+    for name, rec in merged["recipes"].items():
+        fresh = new["recipes"][name]
+        for field in PER_SEED:
+            by_seed = dict(zip(rec["seeds"], rec[field], strict=True))
+            by_seed.update(zip(fresh["seeds"], fresh[field], strict=True))
+            rec[field] = [by_seed[seed] for seed in seeds]
+        if "missed_seconds" in fresh:
+            rec["missed_seconds"] = rec.get("missed_seconds", []) + fresh["missed_seconds"]
+        summarise(rec, stored["machine"]["matmul_peak_gflops"])
+    orders = dict(zip(seeds, stored["orders"], strict=True))
+    orders.update(zip(redone, new["orders"], strict=True))
+    merged["orders"] = [orders[seed] for seed in seeds]
+    rerun = {k: new[k] for k in ("command", "machine")}
+    merged["reruns"] = [*stored.get("reruns", []), {**rerun, "seeds": redone}]
+    return merged
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--nanogpt", type=Path, help="a nanoGPT checkout (outside this repository)")
-    p.add_argument("--recipes", default="book,modern", help="the book's recipes to run")
+    p.add_argument("--recipes", default="book,tuned", help="the book's recipes to run")
     p.add_argument("--seconds", type=float, default=180.0, help="wall-clock budget per run")
     p.add_argument("--seeds", default="1337,1,2")
+    p.add_argument("--threads", type=int, help="threads per run (default: PyTorch's default)")
+    p.add_argument("--retries", type=int, default=2, help="nanoGPT re-runs that miss the budget")
+    p.add_argument(
+        "--ms-per-iter",
+        type=float,
+        help="nanoGPT's time per iteration from an earlier run (default: a short run measures it)",
+    )
     p.add_argument("--curve-every", type=float, default=15.0, help="seconds between curve points")
     p.add_argument("--results", help="JSON file to store the results in")
     p.add_argument("--label", default="wallclock")
+    p.add_argument(
+        "--merge",
+        action="store_true",
+        help="replace these seeds in the run already stored under --label (a seed re-run)",
+    )
     p.add_argument("--worker", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     seeds = [int(s) for s in args.seeds.split(",")]
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     if args.worker:
         book_worker(args.worker, seeds[0], args.seconds, args.curve_every)
         return 0
@@ -178,104 +303,95 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--nanogpt must be a nanoGPT checkout (a folder with train.py)")
     if args.nanogpt.resolve().is_relative_to(ROOT):
         p.error("put the nanoGPT checkout outside this repository")
+    if args.ms_per_iter is not None and args.ms_per_iter <= 0:
+        p.error("--ms-per-iter must be positive")
     recipes = tg.parse_recipes(args.recipes)
     prepare_data(args.nanogpt)
     _, held_out = tg.load_splits()
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=args.nanogpt, capture_output=True, text=True
     ).stdout.strip()
-    cpu = next(
-        (line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if "model name" in line),
-        "unknown CPU",
-    )
+    cpu = cpu_model()
     peak = tg.matmul_peak_gflops()
     print(
-        f"# torch {torch.__version__}, {cpu}, {os.cpu_count()} CPUs, default threads "
-        f"({torch.get_num_threads()}), float32 matmul peak {peak:.0f} GFLOP/s",
+        f"# torch {torch.__version__}, {cpu}, {os.cpu_count()} CPUs, {torch.get_num_threads()} "
+        f"threads, float32 matmul peak {peak:.0f} GFLOP/s",
         flush=True,
     )
 
-    log, _, folder = run_nanogpt(args.nanogpt, CALIBRATION_ITERS, 1337)
-    folder.cleanup()
-    times = nanogpt_iteration_times(log)
-    per_iter = statistics.median(t for i, t in times.items() if 10 <= i < CALIBRATION_ITERS)
-    print(f"# nanoGPT calibration: {1e3 * per_iter:.1f} ms per iteration (median)", flush=True)
+    if args.ms_per_iter is not None:
+        per_iter = args.ms_per_iter / 1e3
+    else:
+        log, _, folder = run_nanogpt(args.nanogpt, CALIBRATION_ITERS, 1337, args.threads)
+        folder.cleanup()
+        times = nanogpt_iteration_times(log)
+        per_iter = statistics.median(t for i, t in times.items() if 10 <= i < CALIBRATION_ITERS)
+    print(f"# nanoGPT calibration: {1e3 * per_iter:.1f} ms per iteration", flush=True)
 
     log_path = Path(tempfile.gettempdir()) / "wallclock_runs.jsonl"
     print(f"# every finished run is also appended to {log_path}", flush=True)
     contenders = ["nanoGPT", *recipes]
+    fields = ("steps", "val_loss", "test_loss", "seconds", "cpu_seconds")
     runs: dict[str, dict] = {
-        name: {
-            "seeds": [],
-            "steps": [],
-            "val_loss": [],
-            "test_loss": [],
-            "seconds": [],
-            "cpu_seconds": [],
-            "curves": [],
-        }
+        name: {"seeds": [], **{f: [] for f in fields}, "target_seconds": [], "curves": []}
         for name in contenders
     }
+    runs["nanoGPT"]["missed_seconds"] = []  # training seconds of the runs that were re-run
     extra: dict[str, dict] = {}
+    orders: list[list[str]] = []
     for i, seed in enumerate(seeds):
-        order = contenders[i % len(contenders) :] + contenders[: i % len(contenders)]
+        # nanoGPT first: its training seconds are the budget the book's recipes get in this seed;
+        # the book's recipes take turns behind it.
+        order = ["nanoGPT", *recipes[i % len(recipes) :], *recipes[: i % len(recipes)]]
+        orders.append(order)
+        matched = args.seconds
         for name in order:
             rec = runs[name]
             if name == "nanoGPT":
-                iters = max(1, round(args.seconds / per_iter))
-                usage = os.times()
-                log, ckpt, folder = run_nanogpt(args.nanogpt, iters, seed)
-                cpu_used = (
-                    os.times().children_user
-                    + os.times().children_system
-                    - usage.children_user
-                    - usage.children_system
-                )
-                times = nanogpt_iteration_times(log)
-                if not set(range(iters)) <= times.keys():
-                    raise RuntimeError("nanoGPT's log lacks some iterations' times")
-                trained = sum(t for it, t in times.items() if it < iters)
-                scores = nanogpt_scores(args.nanogpt, ckpt, held_out)
-                folder.cleanup()
-                if scores["iter"] != iters:
-                    raise RuntimeError(f"nanoGPT saved iteration {scores['iter']}, not {iters}")
-                per_iter = trained / iters  # the next run's calibration
-                out = {
-                    "steps": iters,
-                    "seconds": trained,
-                    "cpu_seconds": cpu_used,
-                    "curve": [],
-                    **scores,
-                }
+                for attempt in range(args.retries + 1):
+                    iters = max(1, round(args.seconds / per_iter))
+                    out = nanogpt_run(args.nanogpt, iters, seed, args.threads, held_out)
+                    per_iter = out["seconds"] / iters  # the next run's calibration
+                    if within_budget(out["seconds"], args.seconds):
+                        break
+                    if attempt < args.retries:
+                        print(f"# nanoGPT trained {out['seconds']:.1f} s: re-run", flush=True)
+                        rec["missed_seconds"].append(out["seconds"])
+                matched = out["seconds"]
                 extra[name] = {
-                    "params": scores["params"],
+                    "params": out["params"],
                     "describe": (
                         f"nanoGPT train.py ({commit}), its CPU recipe: L4 H4 C128 T64 B12 "
                         "learned/layernorm/gelu lr 0.001->0.0001"
                     ),
                 }
             else:
-                out = run_book(name, seed, args.seconds, args.curve_every)
+                out = run_book(name, seed, matched, args.curve_every, args.threads)
                 extra[name] = {"params": out["params"], "describe": tg.RECIPES[name].describe()}
             rec["seeds"].append(seed)
-            for field in ("steps", "val_loss", "test_loss", "seconds", "cpu_seconds"):
+            rec["target_seconds"].append(round(args.seconds if name == "nanoGPT" else matched, 3))
+            for field in fields:
                 rec[field].append(out[field])
             rec["curves"].append(out["curve"])
             with open(log_path, "a", encoding="utf-8") as log_file:  # nothing lost on a crash
-                log_file.write(json.dumps({"seed": seed, "contender": name, **out}) + "\n")
+                log_file.write(
+                    json.dumps({"seed": seed, "contender": name, "budget": args.seconds, **out})
+                    + "\n"
+                )
             print(
                 f"{name:8s} seed {seed:5d}: test {out['test_loss']:.4f}  val "
                 f"{out['val_loss']:.4f}  steps {out['steps']:6d}  trained "
                 f"{out['seconds']:.1f} s wall, {out['cpu_seconds']:.1f} s CPU",
                 flush=True,
             )
+    peak_after = tg.matmul_peak_gflops()
+    print(f"# float32 matmul peak after the runs: {peak_after:.0f} GFLOP/s", flush=True)
 
     results = {}
     for name, rec in runs.items():
-        tokens = 768 * sum(rec["steps"])  # every contender: batch 12 x 64 characters
         model = tg.REFERENCE.model if name == "nanoGPT" else tg.RECIPES[name].model
-        rec["tokens_per_s"] = tokens / sum(rec["seconds"])
-        rec["mfu"] = tg.flops_per_token(model) * rec["tokens_per_s"] / (peak * 1e9)
+        rec["train_flops"] = [tg.flops_per_token(model) * 768 * n for n in rec["steps"]]
+        summarise(rec, peak)
         rec.update(extra[name])
         results[name] = rec
         print(
@@ -295,6 +411,8 @@ def main(argv: list[str] | None = None) -> int:
         run = {
             "command": " ".join(["bench/wallclock.py", *sys.argv[1:]]),
             "budget_seconds": args.seconds,
+            "tolerance": TOLERANCE,
+            "orders": orders,
             "machine": {
                 "torch": torch.__version__,
                 "cpu": cpu,
@@ -303,10 +421,14 @@ def main(argv: list[str] | None = None) -> int:
                 "device": "cpu",
                 "clock": "wall",
                 "matmul_peak_gflops": round(peak, 1),
+                "matmul_peak_gflops_after": round(peak_after, 1),
                 "nanogpt_commit": commit,
             },
             "recipes": results,
         }
+        if args.merge:
+            stored = json.loads(Path(args.results).read_text(encoding="utf-8"))["runs"]
+            run = merge_seeds(stored[args.label], run)
         tg.write_results(args.results, args.label, run)
         print(f"# results stored in {args.results} under {args.label!r}")
     return 0

@@ -6,7 +6,9 @@ writes the README's tables from it with the same functions. The file's layout is
 ``bench/train_gpt.py``'s ``validate_results``.
 
 A comparison of two recipes is made seed by seed (the same seed gives both the same batches), and
-a difference counts as a result only where it exceeds the spread (:func:`verdict`).
+a difference counts as a result only where it exceeds the spread (:func:`verdict`). A run with a
+wall-clock budget (``bench/wallclock.py``'s) holds each contender's measured training seconds;
+:func:`budget_misses` lists the runs that missed the budget by more than its tolerance.
 """
 
 from __future__ import annotations
@@ -97,3 +99,26 @@ def verdict(diffs: list[float]) -> str:
     if abs(m) > 2 * sd and (max(diffs) < 0 or min(diffs) > 0):
         return "lower" if m < 0 else "higher"
     return "within the spread"
+
+
+def budget_misses(run: dict) -> list[str]:
+    """The runs of a wall-clock comparison whose training seconds miss its budget by more than its
+    tolerance, as ``"name seed S: T s"`` lines (none: every run within the budget).
+
+    ``run`` is one labelled run of the results file with ``"budget_seconds"`` (the budget) and
+    ``"tolerance"`` (the largest allowed miss, a fraction of the budget, e.g. 0.05).
+
+    Raises:
+        ValueError: if ``run`` has no positive budget or no tolerance between 0 and 1.
+    """
+    budget, tolerance = run.get("budget_seconds"), run.get("tolerance")
+    if not isinstance(budget, (int, float)) or budget <= 0:
+        raise ValueError(f"a budgeted run needs a positive 'budget_seconds', got {budget!r}")
+    if not isinstance(tolerance, (int, float)) or not 0 <= tolerance < 1:
+        raise ValueError(f"a budgeted run needs a 'tolerance' in [0, 1), got {tolerance!r}")
+    return [
+        f"{name} seed {seed}: {seconds:.1f} s"
+        for name, rec in run["recipes"].items()
+        for seed, seconds in zip(rec["seeds"], rec["seconds"], strict=True)
+        if abs(seconds - budget) > tolerance * budget
+    ]

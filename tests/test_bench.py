@@ -133,3 +133,106 @@ def test_train_for_seconds_stops_at_the_budget_and_decays_the_schedule(
     assert out["last_lr"] < tiny.min_lr + 0.1 * (tiny.max_lr - tiny.min_lr)
     with pytest.raises(ValueError, match="positive"):
         bench.train_for_seconds(tiny, data, held, seconds=0, seed=0, device="cpu")
+
+
+def _budgeted(seconds: dict[str, list[float]], budget: float = 180.0) -> dict:
+    """A results file with one wall-clock run: nanoGPT and `book`, three seeds each."""
+    results = copy.deepcopy(GOOD)
+    run = results["runs"]["all"]
+    run.update(budget_seconds=budget, tolerance=0.05)
+    run["recipes"]["nanoGPT"] = copy.deepcopy(RECIPE)
+    for name, values in seconds.items():
+        run["recipes"][name]["seconds"] = values
+    nano = run["recipes"]["nanoGPT"]["seconds"]
+    run["recipes"]["book"]["target_seconds"] = [round(s, 3) for s in nano]
+    return results
+
+
+def test_a_wall_clock_run_within_five_percent_of_its_budget_passes() -> None:
+    bench.validate_results(
+        _budgeted({"nanoGPT": [171.5, 188.9, 180.0], "book": [171.52, 188.93, 180.02]})
+    )
+
+
+@pytest.mark.parametrize(
+    "seconds",
+    [
+        {"nanoGPT": [241.4, 154.9, 182.3], "book": [180.0, 180.0, 180.0]},  # the old headline
+        {"nanoGPT": [180.0, 180.0, 189.1], "book": [180.0, 180.0, 189.1]},  # 5.06% over
+        {"nanoGPT": [180.0, 180.0, 180.0], "book": [180.0, 170.9, 180.0]},  # 5.06% under
+    ],
+)
+def test_a_run_that_misses_the_budget_by_more_than_five_percent_fails(
+    seconds: dict[str, list[float]],
+) -> None:
+    results = _budgeted(seconds)
+    results["runs"]["all"]["recipes"]["book"]["target_seconds"] = seconds["nanoGPT"]
+    with pytest.raises(ValueError, match="misses its budget"):
+        bench.validate_results(results)
+
+
+def test_a_book_recipe_is_given_nanogpts_seconds_of_the_same_seed() -> None:
+    results = _budgeted({"nanoGPT": [175.0, 185.0, 180.0], "book": [175.0, 185.0, 180.0]})
+    results["runs"]["all"]["recipes"]["book"]["target_seconds"] = [185.0, 175.0, 180.0]  # swapped
+    with pytest.raises(ValueError, match="not nanoGPT's training seconds"):
+        bench.validate_results(results)
+
+
+def _wallclock():  # noqa: ANN202
+    spec = importlib.util.spec_from_file_location("wallclock", ROOT / "bench" / "wallclock.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_within_budget_and_nanogpt_log_parsing() -> None:
+    wallclock = _wallclock()
+    assert wallclock.within_budget(189.0, 180.0) and wallclock.within_budget(171.0, 180.0)
+    assert not wallclock.within_budget(189.1, 180.0)
+    assert not wallclock.within_budget(170.9, 180.0)
+    with pytest.raises(ValueError, match="positive"):
+        wallclock.within_budget(1.0, 0.0)
+    log = (
+        "step 0: train loss 4.2, val loss 4.2\n"
+        "iter 0: loss 4.2000, time 812.50ms, mfu -100.00%\n"
+        "iter 1: loss 3.9000, time 61.25ms, mfu -100.00%\n"
+        "saving checkpoint to /tmp/x\n"
+        "iter 2: loss 3.7000, time 60.00ms, mfu 1.20%\n"
+    )
+    assert wallclock.nanogpt_iteration_times(log) == {0: 0.8125, 1: 0.06125, 2: 0.06}
+
+
+def test_a_seed_re_run_replaces_that_seed_only() -> None:
+    wallclock = _wallclock()
+
+    def run(seeds: list[int], seconds: float, steps: int) -> dict:
+        rec = {
+            "seeds": seeds,
+            "steps": [steps] * len(seeds),
+            "val_loss": [1.5] * len(seeds),
+            "test_loss": [1.6] * len(seeds),
+            "seconds": [seconds] * len(seeds),
+            "cpu_seconds": [seconds] * len(seeds),
+            "target_seconds": [60.0] * len(seeds),
+            "curves": [[]] * len(seeds),
+            "train_flops": [1e12 * steps] * len(seeds),
+        }
+        return {
+            "budget_seconds": 60.0,
+            "command": "c",
+            "machine": {"matmul_peak_gflops": 100.0},
+            "orders": [["nanoGPT"]] * len(seeds),
+            "recipes": {"nanoGPT": rec},
+        }
+
+    stored, fresh = run([1337, 1, 2], 70.0, 10), run([1], 60.5, 20)
+    merged = wallclock.merge_seeds(stored, fresh)
+    rec = merged["recipes"]["nanoGPT"]
+    assert rec["seeds"] == [1337, 1, 2] and rec["seconds"] == [70.0, 60.5, 70.0]
+    assert rec["steps"] == [10, 20, 10] and rec["train_flops"] == [1e13, 2e13, 1e13]
+    assert rec["tokens_per_s"] == pytest.approx(768 * 40 / 200.5)
+    assert rec["mfu"] == pytest.approx(4e13 / 200.5 / 1e11)
+    assert merged["reruns"][0]["seeds"] == [1] and stored["recipes"]["nanoGPT"]["steps"][1] == 10
+    with pytest.raises(ValueError, match="not all in"):
+        wallclock.merge_seeds(stored, run([7], 60.0, 20))

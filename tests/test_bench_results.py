@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from helpers.bench_results import (
+    budget_misses,
     find_results,
     load_results,
     mean_sd,
@@ -130,3 +131,34 @@ def test_no_prose_copy_of_a_benchmark_number(path: str) -> None:
     runs = json.loads(RESULTS.read_text())["runs"]
     copies = _typed_numbers(_prose(ROOT / path)) & _result_numbers(runs)
     assert not copies, f"{path} types numbers that bench/results.json holds: {sorted(copies)}"
+
+
+def _run(seconds: dict[str, list[float]], budget: float = 60.0, tolerance: float = 0.05) -> dict:
+    recipes = {name: {"seeds": [1337, 1, 2], "seconds": s} for name, s in seconds.items()}
+    return {"budget_seconds": budget, "tolerance": tolerance, "recipes": recipes}
+
+
+def test_budget_misses_names_every_run_beyond_the_tolerance() -> None:
+    run = _run({"nanoGPT": [60.0, 63.0, 57.0], "book": [63.1, 60.0, 56.9]})
+    assert budget_misses(run) == ["book seed 1337: 63.1 s", "book seed 2: 56.9 s"]
+    assert budget_misses(_run({"nanoGPT": [80.5, 60.0, 60.0]})) == ["nanoGPT seed 1337: 80.5 s"]
+    assert budget_misses(_run({"book": [80.5, 60.0, 60.0]}, tolerance=0.5)) == []
+    with pytest.raises(ValueError, match="positive 'budget_seconds'"):
+        budget_misses(_run({"book": [60.0] * 3}, budget=0.0))
+    with pytest.raises(ValueError, match="'tolerance'"):
+        budget_misses({"budget_seconds": 60.0, "recipes": {}})
+
+
+def test_every_committed_wall_clock_run_is_within_its_budget() -> None:
+    runs = json.loads(RESULTS.read_text())["runs"]
+    budgeted = {label: run for label, run in runs.items() if "budget_seconds" in run}
+    assert {"wallclock", "wallclock_60s"} <= set(budgeted)
+    assert budgeted["wallclock"]["budget_seconds"] == 180.0  # the chapters' headline
+    assert budgeted["wallclock_60s"]["budget_seconds"] == 60.0
+    for label, run in budgeted.items():
+        assert run["tolerance"] <= 0.05, label
+        assert budget_misses(run) == [], label
+        # the machine's speed is part of the result: its CPU and matrix-product peak are stored
+        assert run["machine"]["cpu"] and run["machine"]["matmul_peak_gflops"] > 0, label
+        for name, rec in run["recipes"].items():
+            assert len(rec["train_flops"]) == len(rec["seeds"]), f"{label}/{name}"
