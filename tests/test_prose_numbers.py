@@ -62,12 +62,8 @@ from tools.prose_numbers import bindings, problems
 ROOT = Path(__file__).resolve().parents[1]
 
 ALL_NOTEBOOKS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "book").rglob("*.ipynb"))
-# Every chapter is held to the rule, a new one too, except these, which still type numbers that
-# nothing backs (settings of the benchmark, constants of an algorithm); each leaves this list
-# when it complies.
-NOT_YET = {
-}
-NOTEBOOKS = [nb for nb in ALL_NOTEBOOKS if nb not in NOT_YET]
+# Every chapter is held to the rule, a new one too.
+NOTEBOOKS = ALL_NOTEBOOKS
 
 SMALL = 10  # integers up to this are counting words
 ASSERT_CALLS = ("assert_close", "assert_allclose", "assert_equal", "assert_array_equal")
