@@ -18,6 +18,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from test_checking import assert_header
+from test_checking_what_attention_learns import CHECKERS as CHAPTER_13_CHECKERS
 
 from helpers.checking import (
     NOT_IMPLEMENTED_MESSAGE,
@@ -306,6 +307,7 @@ CHECKERS: dict[str, tuple[Callable[..., CheckResult], dict[str, Any], dict[str, 
     "bigram_loss": (check_bigram_loss, LOSS_RIGHT, LOSS_WRONG),
     "layer_norm": (check_layer_norm, LN_RIGHT, LN_WRONG),
     "cached_positions": (check_cached_positions, POS_RIGHT, POS_WRONG),
+    **CHAPTER_13_CHECKERS,  # chapter 13's checkers share the generic tests below
 }
 
 
