@@ -1084,3 +1084,22 @@ def test_softmax_zero_renormalise_gets_the_underflow_reason(
     hint = _hint(capsys.readouterr().out)
     assert result.kind == "nan"
     assert RENORMALISE in hint and UNDERFLOW in hint, hint
+
+
+@pytest.mark.parametrize("name", ["running_average", "causal_softmax"])
+def test_reseeding_with_the_checks_own_seed_is_found(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """torch.manual_seed(0) inside an answer: the check seeds the global stream with 0 too, so
+    the state the answer leaves must still differ from the one it found."""
+    right = {"running_average": avg_cumsum, "causal_softmax": softmax_book}[name]
+
+    def reseeds_with_0(*args: Any) -> Any:
+        torch.manual_seed(0)
+        return right(*args)
+
+    result = _check(name, reseeds_with_0)
+    out = capsys.readouterr().out
+    assert result.kind == "side_effect", out
+    assert "reseeded torch's global random number generator" in out
+    assert "remove torch.manual_seed(...)" in out

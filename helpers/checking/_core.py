@@ -277,6 +277,14 @@ _RNG_HINT = (
 )
 
 
+def _seed_global(seed: int) -> None:
+    """Seed torch's global random stream with ``seed`` and take one draw from it: a function
+    that reseeds it (``torch.manual_seed(n)``, for any ``n``, ``seed`` included) then leaves a
+    state that differs from the one it was given, and the check sees the side effect."""
+    torch.manual_seed(seed)
+    torch.rand(1)
+
+
 def _interrupt_thread(thread: threading.Thread) -> None:
     """Ask ``thread`` to stop: raise :class:`_Stop` in it at its next Python instruction."""
     ident = thread.ident
@@ -673,7 +681,7 @@ def _run(
         _restore_threads(threads),
     ):
         warnings.simplefilter("ignore")  # a reader's deprecation warning is not the lesson
-        torch.manual_seed(0)  # a function that draws from the global stream stays reproducible
+        _seed_global(0)  # a function that draws from the global stream stays reproducible
         for number, prop in enumerate(properties, start=1):
             expected: str | None = None
             first: str | None = None

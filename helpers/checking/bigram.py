@@ -23,6 +23,7 @@ from helpers.checking._core import (
     _Property,
     _ReaderRaised,
     _run,
+    _seed_global,
     _Session,
     _shape,
     _tensor_out,
@@ -146,13 +147,13 @@ def check_get_batch(fn: Callable[..., tuple[torch.Tensor, torch.Tensor]]) -> Che
         batches = []
         g = torch.Generator().manual_seed(9)
         for global_seed in (1, 2):
-            torch.manual_seed(global_seed)
+            _seed_global(global_seed)
             what = (
                 "data of 1000 tokens, block_size = 8, batch_size = 4, a new generator seeded "
                 f"with 9, global seed {global_seed}"
             )
             batches.append(call(s, data, 8, 4, 9, what, g if global_seed == 1 else None))
-        torch.manual_seed(0)
+        _seed_global(0)
         for name, a, b in zip("xy", batches[0], batches[1], strict=True):
             if not torch.equal(a, b):
                 raise _Mismatch(
