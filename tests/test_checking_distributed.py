@@ -148,7 +148,13 @@ def test_a_collective_on_one_rank_only_is_reported_not_hung(monkeypatch) -> None
 def test_stub_and_garbage() -> None:
     assert check_average_gradients(stub).not_implemented
     result = check_average_gradients(42)  # type: ignore[arg-type]
-    assert not result and "not a function" in result.report
+    assert not result and result.kind == "not_callable"
+    first = result.report.splitlines()[0]
+    assert first == (
+        "The check needs your function itself, and it was given an object of type int."
+    ), result.report
+    assert "Property" not in result.report and "a int" not in result.report
+    assert "without calling it" in result.report
 
 
 # Mistakes of the kinds that pass on a plain model: an order taken from memory addresses, a

@@ -643,6 +643,19 @@ _HEADERS = {
 }
 
 
+def _not_callable_lines(type_name: str) -> list[str]:
+    """The report of a check given something that is not a function (an object of the type
+    named ``type_name``)."""
+    return [
+        f"The check needs your function itself, and it was given an object of type {type_name}.",
+        _wrap(
+            "hint:",
+            "Pass the function itself to the check, e.g. check_x(my_function), without calling "
+            "it (no parentheses after its name).",
+        ),
+    ]
+
+
 def _header(kind: str, number: int, total: int, name: str, first: str | None = None) -> list[str]:
     """The first lines of a failure report: what went wrong (``first``, else the kind's own
     line), and while checking what."""
@@ -697,15 +710,7 @@ def _run(
             except _NotCallable as err:
                 kind = "not_callable"
                 failed = prop
-                lines = [
-                    f"The check needs your function itself, and it was given an object of type "
-                    f"{err.type_name}.",
-                    _wrap(
-                        "hint:",
-                        "Pass the function itself to the check, e.g. check_x(my_function), "
-                        "without calling it (no parentheses after its name).",
-                    ),
-                ]
+                lines = _not_callable_lines(err.type_name)
                 break
             except _ReaderRaised as err:
                 kind = "raised"

@@ -39,6 +39,7 @@ from helpers.checking._core import (
     NOT_IMPLEMENTED_MESSAGE,
     CheckResult,
     _error_text,
+    _not_callable_lines,
     _reader_line,
 )
 
@@ -517,7 +518,6 @@ def check_average_gradients(fn: Callable[[Iterable[nn.Parameter]], None]) -> Che
     kind: str | None = None
     calls = 0
     if not callable(fn):
-        failed = ("mean", f"a {type(fn).__name__}, not a function", "pass the function itself", 2)
         kind = "not_callable"
     else:
         for world in (2, 3):
@@ -540,6 +540,10 @@ def check_average_gradients(fn: Callable[[Iterable[nn.Parameter]], None]) -> Che
         report = NOT_IMPLEMENTED_MESSAGE
         failed_key = failed_name = None
         passed: tuple[str, ...] = ()
+    elif kind == "not_callable":
+        report = "\n".join(_not_callable_lines(type(fn).__name__))
+        failed_key, failed_name = keys[0], names[0]
+        passed = ()
     elif failed is None:
         report = textwrap.fill(
             f"All {len(names)} properties hold: {'; '.join(names)} (checked on 2 and 3 ranks).",
