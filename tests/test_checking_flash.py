@@ -135,6 +135,22 @@ def cached_by_shape() -> Callable[..., Any]:
     return merge
 
 
+def merge_in_float64(m_a, l_a, acc_a, m_b, l_b, acc_b):  # type: ignore[no-untyped-def]
+    """Computes in float64 "for precision" and returns float64 for a float32 input."""
+    return merge_partials(*(t.double() for t in (m_a, l_a, acc_a, m_b, l_b, acc_b)))
+
+
+def merge_in_float32(m_a, l_a, acc_a, m_b, l_b, acc_b):  # type: ignore[no-untyped-def]
+    """Forces float32: right for float32 input, float32 for float64 or bfloat16 input."""
+    return merge_partials(*(t.float() for t in (m_a, l_a, acc_a, m_b, l_b, acc_b)))
+
+
+def merge_in_float32_cast_back(m_a, l_a, acc_a, m_b, l_b, acc_b):  # type: ignore[no-untyped-def]
+    """Computes in float32 and casts back: the input's dtype, float32's precision."""
+    out = merge_partials(*(t.float() for t in (m_a, l_a, acc_a, m_b, l_b, acc_b)))
+    return tuple(t.to(m_a.dtype) for t in out)
+
+
 WRONG: dict[str, tuple[Callable[..., Any], str, str | None]] = {
     # name: (function, property that must fail, a phrase its hint must contain)
     "no_rescale_l": (no_rescale_l, "two_halves", "rescale the sums too"),
@@ -150,6 +166,13 @@ WRONG: dict[str, tuple[Callable[..., Any], str, str | None]] = {
     "only_first_batch_row": (only_first_batch_row, "shapes", None),
     "returns_output_only": (returns_output_only, "shapes", "Return the three tensors"),
     "cached_by_shape": (cached_by_shape, "folding", None),  # a factory: a fresh cache per run
+    "float64_for_float32": (merge_in_float64, "shapes", "returns float64 for a float32 input"),
+    "float32_forced": (merge_in_float32, "two_halves", "returns float32 for a float64 input"),
+    "float32_cast_back": (
+        merge_in_float32_cast_back,
+        "two_halves",
+        "right only to about float32 precision",
+    ),
 }
 
 SPECIFIC_HINTS = [hint for _, _, hint in WRONG.values() if hint is not None]
@@ -169,7 +192,7 @@ def test_wrong_answers_fail_on_their_property_with_their_hint(name: str) -> None
     assert not result
     assert result.failed_key == key, result.report
     if hint is not None:
-        assert hint in result.report, result.report
+        assert hint in " ".join(result.report.split()), result.report
     else:  # a mistake with no hint of its own must not be given another mistake's hint
         assert not any(h in result.report for h in SPECIFIC_HINTS), result.report
     assert "Traceback" not in result.report

@@ -14,6 +14,8 @@ import torch
 from helpers.checking._core import (
     CheckResult,
     _differ,
+    _dtype,
+    _dtype_hint,
     _Mismatch,
     _num,
     _Property,
@@ -116,8 +118,8 @@ _EMPTY_HINT = (
 
 
 def _tensor(out: Any, like: Tensor, name: str) -> Tensor:
-    """Check that ``out`` is a floating-point tensor shaped like ``like`` (``-inf`` allowed: it is
-    the maximum of a row that saw no key)."""
+    """Check that ``out`` is a floating-point tensor shaped like ``like``, of its dtype (``-inf``
+    allowed: it is the maximum of a row that saw no key)."""
     want = f"{name}: a tensor of shape {_shape(like.shape)}"
     if not isinstance(out, torch.Tensor):
         raise _Mismatch(want, f"an object of type {type(out).__name__}", "Return torch.Tensors.")
@@ -130,8 +132,20 @@ def _tensor(out: Any, like: Tensor, name: str) -> Tensor:
         )
     if not out.is_floating_point():
         raise _Mismatch(want + " of floats", f"dtype {out.dtype}")
+    if out.dtype != like.dtype:
+        raise _Mismatch(
+            want + f" of dtype {_dtype(like.dtype)}, the input's",
+            f"dtype {_dtype(out.dtype)}",
+            _dtype_hint(out.dtype, like.dtype),
+        )
     return out
 
+
+_FLOAT32_INSIDE_HINT = (
+    "Your result for this float64 input is close to the answer but right only to about float32 "
+    "precision: some step runs in float32 (.float(), a constant tensor made without "
+    "dtype=m_a.dtype). Compute in the input's dtype, so that float64 gives float64 precision."
+)
 
 _NAN_HINT = (
     "nan appears where the right merge has a number: look for exp(-inf - (-inf)), inf - inf or "
@@ -187,7 +201,13 @@ def check_merge_partials(
         return _tensor(out[0], a[0], "m"), _tensor(out[1], a[1], "l"), _tensor(out[2], a[2], "acc")
 
     def compare(got: Partial, a: Partial, b: Partial, what: str) -> None:
-        want = _merge(a, b)
+        dtype = a[0].dtype
+        # The reference in float64; bfloat16 holds 3 digits, float64 must give float64's 16.
+        atol, rtol = {torch.float64: (1e-9, 1e-9), torch.bfloat16: (3e-2, 3e-2)}.get(
+            dtype, (1e-6, 1e-4)
+        )
+        a64, b64 = (tuple(t.double() for t in side) for side in (a, b))
+        want = _merge(a64, b64)  # type: ignore[arg-type]
         for name, g, w in zip(("m", "l", "acc"), got, want, strict=True):
             nan = g.isnan() & ~w.isnan()
             if nan.any():
@@ -196,7 +216,13 @@ def check_merge_partials(
                     f"nan in {int(nan.sum())} of {g.numel()} entries of {name}",
                     _diagnose(got, a, b) or _NAN_HINT,
                 )
-            problem = _differ(g, w, atol=1e-6, rtol=1e-4)
+            problem = _differ(g, w, atol=atol, rtol=rtol)
+            if problem is not None and dtype == torch.float64 and _differ(g, w) is None:
+                raise _Mismatch(
+                    f"{name} of the merged result (to float64 precision, 1e-9)",
+                    f"{name} = {problem}",
+                    _FLOAT32_INSIDE_HINT,
+                )
             if problem is not None:
                 raise _Mismatch(
                     f"{name} of the merged result",
@@ -250,6 +276,13 @@ def check_merge_partials(
         for shape, n, split, seed, scale, note in cases:
             scores, v, a, b = halves(shape, n, split, seed=seed, scale=scale)
             what = describe(shape, n, split, seed, note)
+            compare(call(s, a, b, what), a, b, what)
+        # The input's dtype kept, and its precision: float64 and bfloat16 partials.
+        for dtype, seed, shape in ((torch.float64, 24, (3, 5, 6)), (torch.bfloat16, 25, (2, 4, 6))):
+            _, _, a, b = halves(shape, 10, 4, seed=seed, scale=2.0)
+            a = tuple(t.to(dtype) for t in a)  # type: ignore[assignment]
+            b = tuple(t.to(dtype) for t in b)  # type: ignore[assignment]
+            what = describe(shape, 10, 4, seed, f"scores of size about 2, {_dtype(dtype)}")
             compare(call(s, a, b, what), a, b, what)
         # Exact zeros and ties: every score 0 on both sides (equal maxima, uniform weights).
         v = _randn(3, 6, 5, seed=23)
@@ -318,7 +351,8 @@ def check_merge_partials(
             _Property("maximum", "the merged maximum is max(m_a, m_b)", neutral, maximum),
             _Property(
                 "two_halves",
-                "two halves merge into the summary of all keys (sizes up to 1000, zeros, ties)",
+                "two halves merge into the summary of all keys (sizes up to 1000, zeros, ties, "
+                "float64, bfloat16)",
                 neutral,
                 two_halves,
             ),
