@@ -217,6 +217,26 @@ def only_rank0_divides(params):
                 p.grad /= dist.get_world_size()
 
 
+def forgets_view_as(params):
+    grads = [p.grad for p in params if p.grad is not None]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+    dist.all_reduce(flat)
+    flat /= dist.get_world_size()
+    offset = 0
+    for g in grads:
+        g.data = flat[offset : offset + g.numel()]  # no .view_as(g): the gradient becomes 1-D
+        offset += g.numel()
+
+
+def float32_data_kept(params):
+    world = dist.get_world_size()
+    for p in params:
+        if p.grad is not None:
+            g = p.grad.float()  # reduced in float32 for precision...
+            dist.all_reduce(g)
+            p.grad.data = g / world  # ...and left in float32: the bfloat16 gradient changes dtype
+
+
 LATENT = [
     (set_order, "same", "memory address"),
     (sorted_by_id, "same", "memory address"),
@@ -225,6 +245,8 @@ LATENT = [
     (skips_frozen_only, "no-grad", "a trainable one that this step did not use"),
     (destroys_the_group, "mean", "destroyed the process group"),
     (only_rank0_divides, "mean", "not only some of them"),
+    (forgets_view_as, "mean", "your function changed the shape and the dtype of p.grad"),
+    (float32_data_kept, "mean", "your function changed the dtype of p.grad"),
 ]
 
 
@@ -234,6 +256,7 @@ def test_rejects_mistakes_a_plain_model_hides(fn, key: str, words: str) -> None:
     assert not result
     assert result.failed_key == key, result.report
     assert words in " ".join(result.report.split()), result.report
+    assert "not your function's fault" not in result.report, result.report
 
 
 class Unprintable(Exception):

@@ -221,28 +221,11 @@ def _worker(fn: Callable[..., Any], rank: int, world: int, port: int, conn: Conn
         out["reused"] = params.reused
         out["group_alive"] = dist.is_initialized()
         if "raised" not in out and "not_implemented" not in out:
-            params_now = list(model.parameters())
-            out["new_grad"] = [
-                names[i] for i, p in enumerate(params_now) if not had[i] and p.grad is not None
-            ]
-            out["lost_grad"] = [
-                names[i] for i, p in enumerate(params_now) if had[i] and p.grad is None
-            ]
-            if not out["lost_grad"]:
-                with_grad = [(i, p) for i, p in enumerate(params_now) if had[i]]
-                out["kinds"] = {
-                    names[i]: _kind(p.grad, o, t, world)
-                    for (i, p), o, t in zip(with_grad, own, everyone, strict=True)
-                }
-                out["dtypes"] = {names[i]: str(p.grad.dtype) for i, p in with_grad}
-                # Plain numbers: tensors would travel through shared memory that dies with
-                # the process.
-                out["grads"] = torch.cat(
-                    [p.grad.double().reshape(-1) for _, p in with_grad]
-                ).tolist()
-            out["weights_changed"] = any(
-                not torch.equal(p.detach(), w) for p, w in zip(params_now, weights, strict=True)
-            )
+            # What the function left behind: whatever goes wrong from here on is its doing.
+            try:
+                _analyse(out, list(model.parameters()), names, had, own, everyone, weights, world)
+            except Exception as error:  # noqa: BLE001
+                out["unusable"] = _error_text(error)
         del ballast, reallocated
     except BaseException as error:  # noqa: BLE001
         out["setup_failed"] = _error_text(error)
@@ -251,6 +234,58 @@ def _worker(fn: Callable[..., Any], rank: int, world: int, port: int, conn: Conn
         conn.close()
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _analyse(
+    out: dict[str, Any],
+    params_now: list[nn.Parameter],
+    names: list[str],
+    had: list[bool],
+    own: list[torch.Tensor],
+    everyone: list[torch.Tensor],
+    weights: list[torch.Tensor],
+    world: int,
+) -> None:
+    """Record in ``out`` what the reader's function left in the parameters and gradients: which
+    gradients appeared or went, which changed shape or dtype, what each one now is (see
+    :func:`_kind`), and whether the weights changed."""
+    out["new_grad"] = [
+        names[i] for i, p in enumerate(params_now) if not had[i] and p.grad is not None
+    ]
+    out["lost_grad"] = [names[i] for i, p in enumerate(params_now) if had[i] and p.grad is None]
+    out["weights_changed"] = any(
+        p.shape != w.shape or not torch.equal(p.detach(), w)
+        for p, w in zip(params_now, weights, strict=True)
+    )
+    if out["lost_grad"]:
+        return
+    with_grad = [(i, p) for i, p in enumerate(params_now) if had[i]]
+    changed = [
+        (names[i], what, now, then)
+        for what in ("shape", "dtype")
+        for (i, p), before in zip(with_grad, own, strict=True)
+        for now, then in [_described(p.grad, before, what)]
+        if now != then
+    ]
+    if changed:
+        out["changed_grad"] = changed
+        return
+    out["kinds"] = {
+        names[i]: _kind(p.grad, o, t, world)
+        for (i, p), o, t in zip(with_grad, own, everyone, strict=True)
+    }
+    out["dtypes"] = {names[i]: str(p.grad.dtype) for i, p in with_grad}
+    # Plain numbers: tensors would travel through shared memory that dies with the process.
+    out["grads"] = torch.cat([p.grad.double().reshape(-1) for _, p in with_grad]).tolist()
+
+
+def _described(now: torch.Tensor, before: torch.Tensor, what: str) -> tuple[str, str]:
+    """The ``shape`` or ``dtype`` of a gradient after and before the reader's function."""
+    if what == "dtype":
+        return str(now.dtype).removeprefix("torch."), str(before.dtype).removeprefix("torch.")
+    return tuple(  # type: ignore[return-value]
+        "(" + ", ".join(map(str, t.shape)) + (",)" if t.dim() == 1 else ")") for t in (now, before)
+    )
 
 
 def _launch(fn: Callable[..., Any], world: int) -> list[dict[str, Any]] | tuple[str, str, str, str]:
@@ -410,6 +445,30 @@ def _verdict(ranks: list[dict[str, Any]], world: int) -> tuple[str, str, str] | 
                 f"rank {r['rank']} destroyed the process group",
                 "leave the process group alone: training goes on using it after your function "
                 "(no dist.destroy_process_group() or init_process_group() inside it)",
+            )
+        if "changed_grad" in r:
+            changed = r["changed_grad"]
+            kinds = " and the ".join(dict.fromkeys(what for _, what, _, _ in changed))
+            shown = "; ".join(
+                f"the gradient of {name} has {what} {got} after your function, {want} before"
+                for name, what, got, want in changed[:2]
+            )
+            more = f"; and {len(changed) - 2} more" if len(changed) > 2 else ""
+            return (
+                "mean",
+                f"rank {r['rank']}: {shown}{more}",
+                f"your function changed the {kinds} of p.grad: the optimiser needs each "
+                "gradient in its parameter's shape and dtype. Copy the result back into the "
+                "gradient, g.copy_(flat[o:o + n].view_as(g)), rather than assigning g.data or "
+                "p.grad",
+            )
+        if "unusable" in r:
+            return (
+                "mean",
+                f"rank {r['rank']}: after your function returned, its gradients could not be "
+                f"read ({r['unusable']})",
+                "leave each p.grad a tensor of its parameter's shape and dtype, holding the mean "
+                "of all ranks' gradients",
             )
         if r.get("lost_grad"):
             return (
