@@ -18,12 +18,16 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
+import tempfile
+import urllib.error
 from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from helpers.data import _fetch, default_cache_dir
 from helpers.model import GPT, SIZE_FIELDS, GPTConfig
 from helpers.tokenizer import CharTokenizer
 
@@ -38,6 +42,15 @@ _TIED = {"lm_head.weight": "tok_emb.weight"}
 # architecture (learned positions, LayerNorm, GELU MLP, no QK-norm), so only models with
 # GPTConfig's default architecture are exported; their size is all that varies.
 _CONFIG_FIELDS = SIZE_FIELDS
+# The trained model the book ships (chapter 8 writes it with `make model`), inside a checkout and
+# on the web, for a notebook that runs without the book's files (Colab, a pip install).
+SHIPPED_NAME = "gpt_shakespeare.js"
+SHIPPED_PATH = Path("book") / "explorer" / SHIPPED_NAME
+SHIPPED_URL = (
+    "https://raw.githubusercontent.com/attention-from-scratch/attention-from-scratch/main/"
+    + SHIPPED_PATH.as_posix()
+)
+_PACKAGE_DIR = Path(__file__).resolve().parent
 
 
 def export_gpt(
@@ -218,3 +231,64 @@ def load_gpt(path: str | Path) -> tuple[GPT, CharTokenizer]:
         )
     model.eval()
     return model, tokenizer
+
+
+def shipped_checkpoint(
+    start: str | Path | None = None,
+    *,
+    cache_dir: str | Path | None = None,
+    download: bool = True,
+    url: str = SHIPPED_URL,
+    timeout: float = 60.0,
+) -> Path:
+    """The path of the book's trained model, ``book/explorer/gpt_shakespeare.js``.
+
+    Pass it to :func:`load_gpt`. The file of the checkout that holds ``start`` (default: the
+    working directory) or this package wins. Outside a checkout (on Colab, or with the package
+    installed by pip) it is a copy in ``cache_dir/shipped/`` (default
+    :func:`helpers.data.default_cache_dir`), downloaded from ``url`` on the first call and kept
+    only if :func:`load_gpt` reads it. A copy that chapter 8's own training writes to the cache
+    folder (``cache_dir/gpt_shakespeare.js``) is never taken for the shipped model.
+
+    Raises:
+        ValueError: ``timeout`` is not positive, or the download is not a valid export (it is
+            not saved).
+        FileNotFoundError: the file is in no checkout and no cache, and ``download`` is off.
+        OSError: the download failed (for example, no network).
+    """
+    if not timeout > 0:
+        raise ValueError(f"timeout must be positive, got {timeout}")
+    places = [Path(start) if start is not None else Path.cwd(), _PACKAGE_DIR]
+    for place in places:
+        for folder in [place.resolve(), *place.resolve().parents]:
+            candidate = folder / SHIPPED_PATH
+            if candidate.is_file():
+                return candidate
+    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    copy = cache / "shipped" / SHIPPED_NAME
+    if copy.is_file():
+        return copy
+    if not download:
+        raise FileNotFoundError(
+            f"The book's trained model is in no checkout around {places[0]} and not at {copy}, "
+            f"and downloading is off; download {url} to {copy}."
+        )
+    try:
+        data = _fetch(url, timeout)
+    except (urllib.error.URLError, OSError) as err:
+        raise OSError(
+            f"Could not download the book's trained model from {url} ({err}). If this machine "
+            f"is offline, download the file elsewhere and copy it to {copy}."
+        ) from err
+    copy.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{SHIPPED_NAME}.", suffix=".part", dir=copy.parent)
+    try:
+        with os.fdopen(fd, "wb") as tmp:
+            tmp.write(data)
+        load_gpt(tmp_name)  # refuses a truncated or corrupt download (checksum, shapes)
+        os.replace(tmp_name, copy)
+    except ValueError as err:
+        raise ValueError(f"The download from {url} is not a valid model file: {err}") from err
+    finally:
+        Path(tmp_name).unlink(missing_ok=True)
+    return copy

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import urllib.error
 from pathlib import Path
 
 import pytest
 import torch
 
-from helpers.export import GLOBAL_NAME, export_gpt, load_gpt, read_export
+from helpers import export
+from helpers.export import GLOBAL_NAME, export_gpt, load_gpt, read_export, shipped_checkpoint
 from helpers.model import GPT, GPTConfig
 from helpers.tokenizer import CharTokenizer
 
@@ -179,3 +181,92 @@ def test_the_shipped_model_re_exports_to_the_same_bytes(tmp_path) -> None:
     model, tokenizer = load_gpt(shipped)
     again = export_gpt(model, tokenizer, tmp_path / "again.js")
     assert again.read_bytes() == shipped.read_bytes()
+
+
+# shipped_checkpoint: the checkout's file first, else a verified download, cached (no network)
+def _no_network(url: str, timeout: float) -> bytes:
+    raise AssertionError(f"tried to download {url}")
+
+
+@pytest.fixture
+def no_checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A working folder outside any checkout, with the package itself outside one too."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    monkeypatch.setattr(export, "_PACKAGE_DIR", outside)
+    monkeypatch.setattr(export, "_fetch", _no_network)
+    return outside
+
+
+def test_shipped_checkpoint_in_this_checkout_is_the_book_file() -> None:
+    path = shipped_checkpoint(Path(__file__).parent)
+    assert path == Path(__file__).resolve().parents[1] / "book" / "explorer" / "gpt_shakespeare.js"
+    model, tok = load_gpt(path)
+    assert tok.vocab_size == 65 and model.config.n_layer == 4
+
+
+def test_shipped_checkpoint_found_from_a_subfolder(no_checkout: Path, exported) -> None:
+    _, _, source = exported
+    book = no_checkout / "repo" / "book"
+    (book / "explorer").mkdir(parents=True)
+    (book / "part2").mkdir()
+    target = book / "explorer" / "gpt_shakespeare.js"
+    target.write_bytes(source.read_bytes())
+    assert shipped_checkpoint(book / "part2", cache_dir=no_checkout / "cache") == target
+
+
+def test_shipped_checkpoint_downloads_once_and_verifies(
+    no_checkout: Path, exported, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model, _, source = exported
+    calls = []
+
+    def fake_fetch(url: str, timeout: float) -> bytes:
+        calls.append((url, timeout))
+        return source.read_bytes()
+
+    monkeypatch.setattr(export, "_fetch", fake_fetch)
+    cache = no_checkout / "cache"
+    cache.mkdir()
+    (cache / "gpt_shakespeare.js").write_text("a run's own copy, not the shipped model")
+    path = shipped_checkpoint(no_checkout, cache_dir=cache, url="https://example.org/m.js")
+    assert path == cache / "shipped" / "gpt_shakespeare.js"
+    assert calls == [("https://example.org/m.js", 60.0)]
+    loaded, _ = load_gpt(path)
+    x = torch.randint(0, 65, (2, 16))
+    with torch.no_grad():
+        assert (loaded(x)[0] - model(x)[0]).abs().max() < 0.05  # float16 weights
+    # the second call reads the cached copy and does not download again
+    monkeypatch.setattr(export, "_fetch", _no_network)
+    assert shipped_checkpoint(no_checkout, cache_dir=cache) == path
+    assert sorted(p.name for p in path.parent.iterdir()) == ["gpt_shakespeare.js"]
+
+
+def test_shipped_checkpoint_refuses_a_corrupt_download(
+    no_checkout: Path, exported, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, _, source = exported
+    truncated = source.read_bytes()[:-5000]
+    monkeypatch.setattr(export, "_fetch", lambda url, timeout: truncated)
+    cache = no_checkout / "cache"
+    with pytest.raises(ValueError, match="not a valid model file"):
+        shipped_checkpoint(no_checkout, cache_dir=cache)
+    assert list((cache / "shipped").iterdir()) == []  # nothing kept, no partial file
+
+
+def test_shipped_checkpoint_offline_and_bad_arguments(
+    no_checkout: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = no_checkout / "cache"
+    with pytest.raises(FileNotFoundError, match="downloading is off"):
+        shipped_checkpoint(no_checkout, cache_dir=cache, download=False)
+
+    def offline(url: str, timeout: float) -> bytes:
+        raise urllib.error.URLError("no network")
+
+    monkeypatch.setattr(export, "_fetch", offline)
+    with pytest.raises(OSError, match="Could not download"):
+        shipped_checkpoint(no_checkout, cache_dir=cache)
+    assert not (cache / "shipped" / "gpt_shakespeare.js").exists()
+    with pytest.raises(ValueError, match="timeout"):
+        shipped_checkpoint(no_checkout, cache_dir=cache, timeout=0)
