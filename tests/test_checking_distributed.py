@@ -124,7 +124,7 @@ WRONG = [
     (broadcast_rank0, "mean", "average every parameter's gradient"),
     (no_none_check, "no-grad", "skip parameters whose .grad is None"),
     (replaces_with_none, "mean", "change p.grad in place"),
-    (averages_weights, "mean", "exchange gradients"),
+    (averages_weights, "mean", "your all_reduce calls reduced the weights"),
     (steps_too, "weights", "only the gradients are averaged"),
     (exits, "mean", "SystemExit"),
 ]
@@ -135,7 +135,7 @@ def test_rejects_wrong_answers_with_the_right_hint(fn, key: str, words: str) -> 
     result = check_average_gradients(fn)
     assert not result
     assert result.failed_key == key, result.report
-    assert words in result.report
+    assert words in " ".join(result.report.split()), result.report
 
 
 def test_a_collective_on_one_rank_only_is_reported_not_hung(monkeypatch) -> None:
@@ -237,6 +237,15 @@ def float32_data_kept(params):
             p.grad.data = g / world  # ...and left in float32: the bfloat16 gradient changes dtype
 
 
+def reduces_a_clone(params):
+    world = dist.get_world_size()
+    for p in params:
+        if p.grad is not None:
+            g = p.grad.clone()  # a copy: reduced, divided, then dropped
+            dist.all_reduce(g)
+            g /= world
+
+
 LATENT = [
     (set_order, "same", "memory address"),
     (sorted_by_id, "same", "memory address"),
@@ -247,6 +256,7 @@ LATENT = [
     (only_rank0_divides, "mean", "not only some of them"),
     (forgets_view_as, "mean", "your function changed the shape and the dtype of p.grad"),
     (float32_data_kept, "mean", "your function changed the dtype of p.grad"),
+    (reduces_a_clone, "mean", "every reduction ran on a copy"),
 ]
 
 

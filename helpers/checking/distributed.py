@@ -189,9 +189,23 @@ def _worker(fn: Callable[..., Any], rank: int, world: int, port: int, conn: Conn
             dist.all_reduce(total)
         calls: list[str] = []
         real = {name: getattr(dist, name) for name in _COLLECTIVES}
+        # What each reduction works on: a gradient, a weight, or a tensor of neither (a copy).
+        storages = {
+            "grad": {
+                p.grad.untyped_storage().data_ptr()
+                for p in model.parameters()
+                if p.grad is not None
+            },
+            "weight": {p.untyped_storage().data_ptr() for p in model.parameters()},
+        }
+        reduced: list[str] = []
 
         def recorded(name: str) -> Callable[..., Any]:
             def collective(*args: Any, **kwargs: Any) -> Any:
+                tensor = args[0] if args else kwargs.get("tensor")
+                if name in ("all_reduce", "reduce") and isinstance(tensor, torch.Tensor):
+                    where = tensor.untyped_storage().data_ptr()
+                    reduced.append(next((k for k, s in storages.items() if where in s), "copy"))
                 if args and args[0] is None:
                     out["none_passed"] = True
                     calls.append(f"{name}(None)")
@@ -218,6 +232,7 @@ def _worker(fn: Callable[..., Any], rank: int, world: int, port: int, conn: Conn
             for name in _COLLECTIVES:
                 setattr(dist, name, real[name])
         out["calls"] = calls
+        out["reduced"] = reduced
         out["reused"] = params.reused
         out["group_alive"] = dist.is_initialized()
         if "raised" not in out and "not_implemented" not in out:
@@ -495,6 +510,25 @@ def _verdict(ranks: list[dict[str, Any]], world: int) -> tuple[str, str, str] | 
             )
         every = {k[n] for k in kinds for n in names}
         if every == {"own"} or every <= {"own", "own/world"}:
+            reduced = ranks[0].get("reduced", [])
+            if "weight" in reduced:
+                return (
+                    "mean",
+                    f"every rank still has its own gradient; {reduced.count('weight')} of rank "
+                    "0's reductions ran on the weights",
+                    "the ranks must exchange gradients: your all_reduce calls reduced the "
+                    "weights (p.data or p) instead; reduce p.grad",
+                )
+            if "copy" in reduced:
+                return (
+                    "mean",
+                    f"every rank still has its own gradient, though rank 0 reduced "
+                    f"{reduced.count('copy')} tensor(s) that are not its gradients",
+                    "every reduction ran on a copy that was then dropped: clone(), .float(), "
+                    ".to(...) or torch.cat(...) make a new tensor, and all_reduce on it leaves "
+                    "p.grad as it was. Reduce p.grad itself, or copy the result back with "
+                    "p.grad.copy_(...)",
+                )
             return (
                 "mean",
                 "every rank still has its own gradient",
