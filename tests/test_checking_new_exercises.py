@@ -57,6 +57,12 @@ def loss_no_max(logits: Tensor, targets: Tensor) -> Tensor:
     return -p.gather(-1, targets[..., None]).log().mean()
 
 
+def loss_log_of_softmax(logits: Tensor, targets: Tensor) -> Tensor:
+    """A stable softmax, then log: a probability that rounds to 0 gives log(0) = -inf."""
+    p = torch.softmax(logits, dim=-1)
+    return -p.gather(-1, targets[..., None]).log().mean()
+
+
 def loss_per_sequence_sum(logits: Tensor, targets: Tensor) -> Tensor:
     """Sums over time, averages over the batch."""
     ce = F.cross_entropy(logits.transpose(1, 2), targets, reduction="none")
@@ -100,6 +106,7 @@ LOSS_WRONG: dict[str, tuple[Callable[..., Any], str, str]] = {
         "nll_loss on the raw logits",
     ),
     "no_max_subtracted": (loss_no_max, "matches", NAN),
+    "log_of_softmax": (loss_log_of_softmax, "matches", "softmax then log"),
     # float32 "to be safe": float64 logits give a float32 loss.
     "float32_for_float64": (
         lambda lg, t: F.cross_entropy(lg.float().reshape(-1, lg.shape[-1]), t.reshape(-1)),

@@ -7,7 +7,7 @@ Defined in chapter 7, "Tiny Shakespeare and a bigram model".
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -324,9 +324,23 @@ def check_bigram_loss(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) 
                 "probabilities, so use F.cross_entropy (or log_softmax first).",
                 lambda: F.nll_loss(ld.reshape(-1, V), flat_t),
             ),
+            (
+                "Your loss matches a softmax then log: a target's probability that rounds to 0 "
+                "(its logit far below the row's largest, as with logits of +-1000) gives "
+                "log(0) = -inf. Use log_softmax or F.cross_entropy, which compute the "
+                "log-probabilities without forming the probabilities first.",
+                # In the input's dtype, where the reader's softmax underflows.
+                lambda: -logits.softmax(-1).gather(-1, targets[..., None]).log().mean(),
+            ),
         ]
 
-    def scalar(s: _Session, logits: torch.Tensor, targets: torch.Tensor, what: str) -> Any:
+    def scalar(
+        s: _Session,
+        logits: torch.Tensor,
+        targets: torch.Tensor,
+        what: str,
+        mistaken: Sequence[tuple[str, Any]] = (),
+    ) -> Any:
         try:
             out = s.call(fn, logits, targets, input=what)
         except _ReaderRaised as err:
@@ -346,7 +360,7 @@ def check_bigram_loss(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) 
                 f"a tensor of shape {_shape(out.shape)}, one loss per position",
                 "Average over the positions: reduction='none' gives one loss per position.",
             )
-        return _tensor_out(out, (), "the loss", dtype=logits.dtype)
+        return _tensor_out(out, (), "the loss", dtype=logits.dtype, mistakes=mistaken)
 
     def shape(s: _Session) -> None:
         for B, T, V, seed in ((4, 8, 65, 1), (1, 1, 5, 2), (3, 5, 7, 3)):
@@ -378,7 +392,8 @@ def check_bigram_loss(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) 
                 extra += f" (T = vocab_size = {V})"
             with torch.enable_grad():
                 logits.requires_grad_(number == 0)  # the first call with gradients on
-                out = scalar(s, logits, targets, describe(B, T, V, seed, extra))
+                what = describe(B, T, V, seed, extra)
+                out = scalar(s, logits, targets, what, mistakes(logits.detach(), targets))
                 expected = reference(logits, targets)
                 _expect_close(
                     out,
