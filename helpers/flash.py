@@ -37,6 +37,13 @@ def _safe_max(m: torch.Tensor) -> torch.Tensor:
     return torch.where(torch.isneginf(m), torch.zeros_like(m), m)
 
 
+def _empty_rows_to_inf(lse: torch.Tensor) -> torch.Tensor:
+    """``lse`` with ``-inf`` (a query that saw no key) replaced by ``+inf``: the backward pass's
+    recomputed weights ``exp(score - lse)`` of such a row are then 0, whether its scores are
+    finite or ``-inf``, instead of ``exp(score + inf) = inf``, which turns into NaN."""
+    return torch.where(torch.isneginf(lse), torch.full_like(lse, math.inf), lse)
+
+
 def block_partial(
     scores: torch.Tensor, v: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -207,12 +214,16 @@ def flash_attention_backward(
     (one number per query), the softmax backward of a tile is ``dS = P * (grad_out v^T - D)``.
     The outer loop runs over key blocks (each accumulates its ``dk`` and ``dv``), the inner
     over query blocks (each adds its share to ``dq``).
+
+    A query whose ``lse`` is ``-inf`` saw no key (``flash_attention`` never produces one, since
+    a causal query always sees key 0; a caller that masks a whole row does): its output is 0
+    whatever ``q``, ``k`` and ``v`` are, so its weights and gradients are taken as 0.
     """
     block_q, block_k = _check_qkv(q, k, v, block_q, block_k)
     T_q, T_k = q.shape[-2], k.shape[-2]
     scale = 1.0 / math.sqrt(q.shape[-1])
     D = (grad_out * out).sum(dim=-1)  # (..., T_q)
-    lse = _safe_max(lse)  # a query that saw no key: weights exp(-inf - 0) = 0
+    lse = _empty_rows_to_inf(lse)  # a query that saw no key: weights 0, gradients 0
     dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
     for j in range(0, T_k, block_k):
         cols = min(block_k, T_k - j)

@@ -145,6 +145,45 @@ def test_gradients_equal_sdpa(
         assert_close(a, b, msg=lambda m, name=name: f"d{name}: {m}")
 
 
+def _backward_with_an_empty_row(causal: bool) -> tuple[torch.Tensor, ...]:
+    """flash_attention_backward given a row that saw no key (lse -inf, output 0), as a caller
+    that masks a whole row would pass it, with the gradients of explicit attention with that
+    row hidden (helpers.attention returns 0 for it) as the reference."""
+    from helpers.attention import scaled_dot_product_attention
+
+    q, k, v = _qkv((1, 2, 12, 8), seed=21, grad=True)
+    grad = torch.randn(1, 2, 12, 8, generator=torch.Generator().manual_seed(22))
+    empty = 5
+    visible = torch.ones(12, 12, dtype=torch.bool)
+    visible[empty] = False
+    if causal:
+        visible &= torch.ones(12, 12, dtype=torch.bool).tril()
+    reference = torch.autograd.grad(
+        scaled_dot_product_attention(q, k, v, visible)[0], (q, k, v), grad
+    )
+    with torch.no_grad():
+        out, lse = flash_attention_forward(q, k, v, is_causal=causal, block_q=4, block_k=4)
+    out[..., empty, :], lse[..., empty] = 0.0, NEG_INF  # what a hidden row leaves behind
+    ours = flash_attention_backward(
+        grad, q.detach(), k.detach(), v.detach(), out, lse, is_causal=causal, block_q=4, block_k=4
+    )
+    return ours, reference
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_backward_gives_a_row_that_saw_no_key_zero_gradients(causal: bool) -> None:
+    ours, reference = _backward_with_an_empty_row(causal)
+    assert reference[0][..., 5, :].abs().max() == 0  # the hidden row's dq is 0
+    for name, a, b in zip("qkv", ours, reference, strict=True):
+        assert_close(a, b, msg=lambda m, name=name: f"d{name}: {m}")
+
+
+def test_backward_without_the_empty_row_guard_gives_nan(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("helpers.flash._empty_rows_to_inf", lambda lse: lse)
+    ours, _ = _backward_with_an_empty_row(causal=False)
+    assert not all(torch.isfinite(g).all() for g in ours)  # exp(score + inf): inf, then NaN
+
+
 def test_gradcheck_in_float64() -> None:
     q, k, v = (t.double().detach().requires_grad_() for t in _qkv((1, 2, 9, 3), seed=7))
     assert torch.autograd.gradcheck(
