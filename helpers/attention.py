@@ -3,8 +3,8 @@
 Defined in chapter 3, "Queries, keys and values".
 
 ``softmax(q @ k.T / sqrt(d_k)) @ v`` (Vaswani et al., 2017), returning the weights too so the
-book can plot them. The causal mask comes from :mod:`helpers.masking` (chapter 2) and the softmax
-from :mod:`helpers.softmax` (chapter 4); input checks use :mod:`helpers.validation`.
+book can plot them. The causal mask comes from :mod:`helpers.masking` (chapter 2); input checks
+use :mod:`helpers.validation`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from helpers.masking import causal_mask
-from helpers.softmax import stable_softmax
 from helpers.validation import check_positive_int
 
 
@@ -162,7 +161,11 @@ def scaled_dot_product_attention(
             logits = logits.masked_fill(~mask, float("-inf"))
         else:
             logits = logits + mask
-    weights = stable_softmax(logits, dim=-1)
+    # A query whose keys are all masked has a row of -inf, and its softmax would be 0/0 = NaN.
+    # Such a row gets zeros instead: softmax a row of 0s (so no NaN, not even in the gradient),
+    # then zero it.
+    empty = torch.isneginf(logits).all(dim=-1, keepdim=True)  # (..., T_q, 1)
+    weights = torch.softmax(logits.masked_fill(empty, 0.0), dim=-1).masked_fill(empty, 0.0)
     if dropout_p > 0:
         weights = F.dropout(weights, p=dropout_p, training=True)
     return weights @ v, weights

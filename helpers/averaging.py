@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 
-from helpers.masking import additive_causal_mask, causal_mask
+from helpers.validation import check_positive_int
 
 
 def _check_input(x: torch.Tensor) -> None:
@@ -45,7 +45,8 @@ def uniform_causal_weights(
     Raises:
         ValueError: if ``T`` is not a positive int.
     """
-    tril = causal_mask(T, device=device).to(dtype)  # 1 on and below the diagonal, 0 above
+    T = check_positive_int("T", T, what="the number of tokens")
+    tril = torch.tril(torch.ones(T, T, dtype=dtype, device=device))  # 1 on and below, 0 above
     return tril / tril.sum(dim=1, keepdim=True)
 
 
@@ -94,7 +95,8 @@ def average_past_softmax(x: torch.Tensor) -> torch.Tensor:
     """
     _check_input(x)
     T = x.shape[1]
+    tril = torch.tril(torch.ones(T, T, dtype=torch.bool, device=x.device))  # True: s <= t
     affinities = torch.zeros(T, T, dtype=x.dtype, device=x.device)
-    affinities = affinities + additive_causal_mask(T, dtype=x.dtype, device=x.device)  # 0 / -inf
+    affinities = affinities.masked_fill(~tril, float("-inf"))  # the future: -inf
     weights = torch.softmax(affinities, dim=-1)
     return weights @ x

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import pytest
@@ -9,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch.testing import assert_close
 
+import helpers.attention
 from helpers.attention import Head, scaled_dot_product_attention
 
 SHAPES = [  # (leading dims, T_q, T_k, d_k, d_v)
@@ -146,6 +148,26 @@ def test_fully_masked_row_gives_zeros_not_nan() -> None:
     # The naive formula with PyTorch's softmax would give NaN here.
     scores = (q @ k.transpose(-2, -1)).masked_fill(~mask, float("-inf"))
     assert torch.isnan(torch.softmax(scores, dim=-1)[:, 1]).all()
+
+
+def test_fully_masked_row_has_finite_gradients() -> None:
+    # An additive mask lets the gradient reach q and k; a softmax that gives NaN on the empty row
+    # (even one zeroed afterwards) would send NaN into q.grad and k.grad.
+    q, k, v = (t.requires_grad_() for t in qkv(((2,), 3, 4, 5, 6), 1))
+    mask = torch.zeros(3, 4, dtype=q.dtype)
+    mask[1] = float("-inf")
+    out, weights = scaled_dot_product_attention(q, k, v, mask)
+    assert_close(weights[:, 1], torch.zeros(2, 4, dtype=q.dtype))
+    out.sum().backward()
+    for t in (q, k, v):
+        assert t.grad is not None and torch.isfinite(t.grad).all()
+    assert_close(q.grad[:, 1], torch.zeros(2, 5, dtype=q.dtype))  # the empty query learns nothing
+
+
+def test_chapter_three_needs_no_later_chapter() -> None:
+    # helpers.attention is taught in chapter 3; the stable softmax is chapter 4's.
+    source = inspect.getsource(helpers.attention)
+    assert "helpers.softmax" not in source
 
 
 def test_gradients_match_sdpa() -> None:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import inspect
+
 import numpy as np
 import pytest
 import torch
 from torch.testing import assert_close
 
+import helpers.averaging
 from helpers.averaging import (
     average_past_loop,
     average_past_matmul,
@@ -116,3 +119,8 @@ def test_rejects_empty_sequences_integers_and_non_tensors(form) -> None:
 def test_uniform_weights_reject_bad_sizes(T) -> None:
     with pytest.raises(ValueError, match="T must be a positive int"):
         uniform_causal_weights(T)
+
+
+def test_chapter_one_needs_no_later_chapter() -> None:
+    # helpers.averaging is taught in chapter 1; the causal-mask helpers are chapter 2's.
+    assert "helpers.masking" not in inspect.getsource(helpers.averaging)
