@@ -1,6 +1,6 @@
 """The benchmark's results file, ``bench/results.json``, as the chapters and the README read it.
 
-Defined for chapters 8 and 10 ("A GPT from scratch", "From GPT-2 to a modern transformer"),
+Defined for chapters 8 and 10 ("Building and training a GPT", "From GPT-2 to a modern transformer"),
 which quote the benchmark's numbers from this file instead of typing them; ``bench/report.py``
 writes the README's tables from it with the same functions. The file's layout is checked by
 ``bench/train_gpt.py``'s ``validate_results``.
