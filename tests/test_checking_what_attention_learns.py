@@ -10,12 +10,14 @@ is the same text on every run.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 import torch
 
+import helpers.checking._core as core
 from helpers.checking import (
     CheckResult,
     check_ablate_head,
@@ -312,3 +314,81 @@ def test_right_answers_pass_on_another_rounding_path(path: str) -> None:
         [sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def ablate_hook_raises(layer: torch.nn.Module, head: int) -> Any:
+    hs = layer.head_size
+
+    def hook(_m: torch.nn.Module, args: tuple[Tensor, ...]) -> Any:
+        args[..., head * hs : (head + 1) * hs] = 0  # indexes the tuple of inputs: TypeError
+        return args
+
+    return layer.c_proj.register_forward_pre_hook(hook)
+
+
+# "Never" for a check whose calls are stopped after 0.5 s; without the stop, the test fails
+# after this long (on every call of the hook) rather than hanging for good.
+_AGES = 30.0
+
+
+def ablate_hook_never_returns(layer: torch.nn.Module, head: int) -> Any:
+    hs = layer.head_size
+
+    def hook(_m: torch.nn.Module, args: tuple[Tensor, ...]) -> tuple[Tensor]:
+        y, h, start = args[0].clone(), head, time.monotonic()
+        while h <= head and time.monotonic() - start < _AGES:  # meant h += 1 in the loop
+            y[..., h * hs : (h + 1) * hs] = 0.0
+        return (y,)
+
+    return layer.c_proj.register_forward_pre_hook(hook)
+
+
+class _SlowHandle:
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+
+    def remove(self) -> None:
+        start = time.monotonic()
+        while time.monotonic() - start < _AGES:  # waits for something that never happens
+            pass
+        self.handle.remove()
+
+
+def ablate_remove_never_returns(layer: torch.nn.Module, head: int) -> Any:
+    return _SlowHandle(ablate_book(layer, head))
+
+
+def test_a_hook_that_raises_is_reported_with_its_line(capsys: pytest.CaptureFixture[str]) -> None:
+    """The reader's hook runs inside the layer's forward, outside the reader's function: an
+    exception there is still the reader's, with the reader's own line."""
+    result = check_ablate_head(ablate_hook_raises)
+    out = capsys.readouterr().out
+    assert result.kind == "raised" and result.failed_key == "zeroed", out
+    assert out.startswith("Your function raised an exception.\n"), out
+    assert "your hook raised TypeError" in out, out
+    assert "  at:       line " in out and "args[..., head * hs" in out, out
+    assert "could not use" not in out
+
+
+@pytest.mark.parametrize(
+    ("answer", "key", "doer"),
+    [
+        (ablate_hook_never_returns, "zeroed", "your hook"),
+        (ablate_remove_never_returns, "removed", "handle.remove()"),
+    ],
+)
+def test_a_hook_or_remove_that_never_returns_is_stopped(
+    answer: Callable[..., Any],
+    key: str,
+    doer: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The hook and handle.remove() are the reader's code too: each call of them is stopped
+    after CALL_TIME_LIMIT, as the reader's function is (a small limit here, to be quick)."""
+    monkeypatch.setattr(core, "CALL_TIME_LIMIT", 0.5)
+    result = check_ablate_head(answer)
+    out = capsys.readouterr().out
+    assert result.kind == "timeout" and result.failed_key == key, out
+    assert out.startswith("Your function did not finish in time.\n"), out
+    assert f"{doer} did not finish within 0.5 s" in out, out

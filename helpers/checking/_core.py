@@ -185,12 +185,17 @@ class _NotCallable(Exception):
 
 
 class _ReaderRaised(Exception):
-    """The reader's function raised ``error`` (any exception but ``KeyboardInterrupt``)."""
+    """The reader's function raised ``error`` (any exception but ``KeyboardInterrupt``);
+    ``doer`` names the reader's code that raised it in the report ("your function", or code
+    the function left behind, such as a hook)."""
 
-    def __init__(self, error: BaseException, at_call: bool = False) -> None:
+    def __init__(
+        self, error: BaseException, at_call: bool = False, doer: str = "your function"
+    ) -> None:
         super().__init__(_error_text(error))
         self.error = error
         self.at_call = at_call  # raised by the call itself (a signature mismatch), not inside
+        self.doer = doer
 
 
 class _ReaderNotImplemented(Exception):
@@ -382,40 +387,8 @@ class _Session:
                 tuple(_snapshot(a) for a in args),
                 {name: _snapshot(v) for name, v in kwargs.items()},
             )
-        limit = min(CALL_TIME_LIMIT, CHECK_TIME_LIMIT - self.spent)
-        if limit <= 0:
-            raise _TimedOut(
-                f"all the calls of the check done within {CHECK_TIME_LIMIT:g} s",
-                f"your function's calls took more than {CHECK_TIME_LIMIT:g} s in all",
-                _SLOW_HINT,
-            )
         rng = torch.get_rng_state()
-        started = time.monotonic()
-        try:
-            out = _call_with_time_limit(fn, passed, passed_kw, limit)
-        except NotImplementedError as err:
-            raise _ReaderNotImplemented from err
-        except KeyboardInterrupt:
-            raise
-        except _Stop:
-            if limit < CALL_TIME_LIMIT:
-                raise _TimedOut(
-                    f"all the calls of the check done within {CHECK_TIME_LIMIT:g} s",
-                    f"your function's calls took more than {CHECK_TIME_LIMIT:g} s in all, this "
-                    "one unfinished",
-                    _SLOW_HINT,
-                ) from None
-            raise _TimedOut(
-                "a result",
-                f"your function did not finish within {CALL_TIME_LIMIT:g} s and was stopped",
-                _SLOW_HINT,
-            ) from None
-        except BaseException as err:  # the reader's bug becomes part of the report
-            tb = err.__traceback__
-            at_call = isinstance(err, TypeError) and _raised_by_the_call(tb)
-            raise _ReaderRaised(err, at_call) from err
-        finally:
-            self.spent += time.monotonic() - started
+        out = self._limited(fn, passed, passed_kw, "your function")
         pairs = [*zip(args, passed, strict=True)]
         pairs += [(kwargs[name], passed_kw[name]) for name in kwargs]
         for number, (original, copy_) in enumerate(pairs):
@@ -436,16 +409,79 @@ class _Session:
                     "Work on new tensors: masked_fill rather than masked_fill_, x = x + y rather "
                     "than x += y, or clone() the input before editing it.",
                 )
-        if not torch.equal(rng, torch.get_rng_state()):
-            raise _SideEffect(
-                "torch's global random state left as it was",
-                "your function reseeded torch's global random number generator or drew random "
-                "numbers from it",
-                self.rng_hint,
-            )
+        self._same_rng(rng, "your function")
         if record:
             self.first = (fn, *saved, _snapshot(out), input)
         return out
+
+    def run(self, fn: Callable[..., Any], *args: Any, input: str, doer: str) -> Any:
+        """``fn(*args)``, where ``fn`` runs code the reader's function left behind (a hook it
+        registered, the ``remove()`` of a handle it returned), named ``doer`` in the report:
+        bounded in time as a call of the reader's function is, an exception in it reported as
+        the reader's (with the reader's line), and so is a change of the global random state.
+        The arguments are not copied, and the call is not counted as an input."""
+        self.input = input
+        rng = torch.get_rng_state()
+        out = self._limited(fn, args, {}, doer, signature=False)
+        self._same_rng(rng, doer)
+        return out
+
+    def _limited(
+        self,
+        fn: Callable[..., Any],
+        args: Sequence[Any],
+        kwargs: dict[str, Any],
+        doer: str,
+        *,
+        signature: bool = True,
+    ) -> Any:
+        """``fn(*args, **kwargs)`` within :data:`CALL_TIME_LIMIT` and what is left of
+        :data:`CHECK_TIME_LIMIT`; what it raises, or its running out of time, becomes the
+        report's (``doer`` names the reader's code in it). With ``signature``, a ``TypeError``
+        raised by the call itself is marked as a signature mismatch."""
+        limit = min(CALL_TIME_LIMIT, CHECK_TIME_LIMIT - self.spent)
+        if limit <= 0:
+            raise _TimedOut(
+                f"all the calls of the check done within {CHECK_TIME_LIMIT:g} s",
+                f"your function's calls took more than {CHECK_TIME_LIMIT:g} s in all",
+                _SLOW_HINT,
+            )
+        started = time.monotonic()
+        try:
+            return _call_with_time_limit(fn, args, kwargs, limit)
+        except NotImplementedError as err:
+            raise _ReaderNotImplemented from err
+        except KeyboardInterrupt:
+            raise
+        except _Stop:
+            if limit < CALL_TIME_LIMIT:
+                raise _TimedOut(
+                    f"all the calls of the check done within {CHECK_TIME_LIMIT:g} s",
+                    f"your function's calls took more than {CHECK_TIME_LIMIT:g} s in all, this "
+                    "one unfinished",
+                    _SLOW_HINT,
+                ) from None
+            raise _TimedOut(
+                "a result",
+                f"{doer} did not finish within {CALL_TIME_LIMIT:g} s and was stopped",
+                _SLOW_HINT,
+            ) from None
+        except BaseException as err:  # the reader's bug becomes part of the report
+            tb = err.__traceback__
+            at_call = signature and isinstance(err, TypeError) and _raised_by_the_call(tb)
+            raise _ReaderRaised(err, at_call, doer) from err
+        finally:
+            self.spent += time.monotonic() - started
+
+    def _same_rng(self, before: torch.Tensor, doer: str) -> None:
+        """Report a change of torch's global random state since ``before``."""
+        if not torch.equal(before, torch.get_rng_state()):
+            raise _SideEffect(
+                "torch's global random state left as it was",
+                f"{doer} reseeded torch's global random number generator or drew random "
+                "numbers from it",
+                self.rng_hint,
+            )
 
     def repeat_first(self) -> None:
         """Call the reader's function again on the first input it was given, and compare: a
@@ -714,7 +750,7 @@ def _run(
                 break
             except _ReaderRaised as err:
                 kind = "raised"
-                got = f"your function raised {_error_text(err.error)}"
+                got = f"{err.doer} raised {_error_text(err.error)}"
                 where = _reader_line(err.error)
                 hint = _raised_hint(err.error, err.at_call) or _RAISED_HINT
             except _Mismatch as mismatch:

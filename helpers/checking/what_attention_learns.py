@@ -281,14 +281,23 @@ def check_ablate_head(ablate_head: Callable[[nn.Module, int], Any]) -> CheckResu
 
     def ablated(s: _Session, desc: str, layer: nn.Module, head: int,
                 x: torch.Tensor) -> tuple[nn.Module, Any]:  # fmt: skip
-        handle = s.call(ablate_head, layer, head, input=f"ablate_head(layer, {head}) on {desc}")
+        called[0] = f"ablate_head(layer, {head}) on {desc}"
+        handle = s.call(ablate_head, layer, head, input=called[0])
         return s.passed[0], handle  # the copy of the layer the reader's function was given
+
+    called = [""]  # the latest call of the reader's function, for the reports of its hook
+
+    def hooked(s: _Session, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)``, which runs the reader's hook: bounded in time, and an exception in
+        it reported as the reader's."""
+        what = f"{called[0]}, then the layer's forward on x (which runs your hook)"
+        return s.run(fn, *args, input=what, doer="your hook")
 
     def zeroed(s: _Session) -> None:
         for seed, (desc, layer, head, (B, T)) in enumerate(_layers(), start=1):
             x = _randn(B, T, layer.n_embd, seed=seed)
             theirs, _ = ablated(s, desc, layer, head, x)
-            y, _ = _projection_input(theirs, x)
+            y, _ = hooked(s, _projection_input, theirs, x)
             hs = layer.head_size
             part = y[..., head * hs : (head + 1) * hs]
             if part.abs().max() != 0:
@@ -303,7 +312,7 @@ def check_ablate_head(ablate_head: Callable[[nn.Module, int], Any]) -> CheckResu
             x = _randn(B, T, layer.n_embd, seed=seed)
             want, _ = _projection_input(layer, x)
             theirs, _ = ablated(s, desc, layer, head, x)
-            y, _ = _projection_input(theirs, x)
+            y, _ = hooked(s, _projection_input, theirs, x)
             hs = layer.head_size
             keep = torch.ones(layer.n_embd, dtype=torch.bool)
             keep[head * hs : (head + 1) * hs] = False
@@ -324,8 +333,8 @@ def check_ablate_head(ablate_head: Callable[[nn.Module, int], Any]) -> CheckResu
                     "Return what layer.c_proj.register_forward_pre_hook(hook) returns: its "
                     "remove() takes the hook off again.",
                 )
-            handle.remove()
-            _, out = _projection_input(theirs, x)
+            s.run(handle.remove, input=f"{called[0]}, then handle.remove()", doer="handle.remove()")
+            _, out = hooked(s, _projection_input, theirs, x)
             _expect_close(
                 out, want, "after handle.remove(), the layer's own output", atol=1e-6,
                 hint="After handle.remove() no hook of yours may be left: register exactly one "
@@ -337,7 +346,7 @@ def check_ablate_head(ablate_head: Callable[[nn.Module, int], Any]) -> CheckResu
             with torch.enable_grad():
                 x = _randn(B, T, layer.n_embd, seed=seed).requires_grad_(True)
                 theirs, _ = ablated(s, desc, layer, head, x)
-                out = theirs(x)
+                out = hooked(s, theirs, x)
                 reference = _reference_ablated(layer, head, x)
                 _expect_gradients(out, reference, [("x", x)])
 
