@@ -3,6 +3,8 @@ of plausible wrong ones with the hint that names each mistake, and never raises.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -314,12 +316,16 @@ def test_the_raising_ranks_own_message_is_shown(monkeypatch, capsys) -> None:
 
 
 def test_ranks_that_end_their_process_are_reported_at_once(monkeypatch, capsys) -> None:
-    # With a 10-minute limit, a report only comes back before it if the check does not wait.
-    monkeypatch.setattr(checker_module, "_TIMEOUT", 600.0)
+    # Every rank has ended: the check must not wait for its launch's time limit. A check that
+    # waited would take at least that limit, and report a timeout or mismatched calls.
+    monkeypatch.setattr(checker_module, "_TIMEOUT", 15.0)
+    started = time.monotonic()
     result = check_average_gradients(every_rank_exits)
+    waited = time.monotonic() - started
     assert not result
     assert result.kind == "exited" and "ended inside your function" in result.report
-    assert "collective" not in result.report
+    assert "collective" not in result.report and "within" not in result.report
+    assert waited < checker_module._TIMEOUT, f"the check waited {waited:.1f} s"
     capsys.readouterr()
 
 
