@@ -57,6 +57,10 @@ GRAD_VALUES = "The output is right but its gradient is not"
 IN_PLACE = "in place"
 CALLS_BLOCK = "calls the block itself, which is not the exercise"
 UNDERFLOW = "exp underflows to 0 for every visible key and the row becomes 0 / 0 = nan"
+# A function whose output repeats an earlier one: a cache keyed by the shape of its input.
+CACHED = (
+    "returned exactly what it returned for an earlier input of the same shape with other values"
+)
 RENORMALISE = "a softmax over all the keys, then zeroing the future and dividing by the row sums"
 
 
@@ -492,7 +496,7 @@ def cached_fill_minus_1e9(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
 WRONG: dict[str, dict[str, tuple[Any, str, str]]] = {
     "running_average": {
         "fixed_mask_sliced": (avg_fixed_mask, "mean", "your function raised RuntimeError"),
-        "output_cached_by_shape": (by_shape(avg_cumsum), "mean", NEUTRAL),
+        "output_cached_by_shape": (by_shape(avg_cumsum), "mean", CACHED),
         "no_grad": (no_grad(avg_cumsum), "mean", GRAD),
         "through_numpy": (via_numpy(avg_cumsum), "mean", "NumPy has no bfloat16"),
         "overwrites_input": (avg_in_place, "shape", IN_PLACE),
@@ -503,7 +507,7 @@ WRONG: dict[str, dict[str, tuple[Any, str, str]]] = {
         "no_max_subtracted": (softmax_no_max, "future_zero", NAN),
         "one_max_for_the_tensor": (softmax_global_max, "future_zero", "the whole tensor"),
         "fixed_mask_sliced": (softmax_fixed_mask, "future_zero", "RuntimeError"),
-        "output_cached_by_shape": (by_shape(softmax_book), "future_zero", NEUTRAL),
+        "output_cached_by_shape": (by_shape(softmax_book), "future_zero", CACHED),
         "no_grad": (no_grad(softmax_book), "softmax", GRAD),
         "log_softmax": (
             lambda s: F.log_softmax(s.masked_fill(_future(s.shape[-1]), -math.inf), -1),
@@ -524,7 +528,7 @@ WRONG: dict[str, dict[str, tuple[Any, str, str]]] = {
         "masks_by_value": (attn_mask_by_value, "weights_sum", NAN),
         "no_max_subtracted": (attn_no_max, "weights_sum", NAN),
         "fixed_mask_sliced": (attn_fixed_mask, "weights_sum", "RuntimeError"),
-        "output_cached_by_shape": (by_shape(attention_loop), "weights_sum", NEUTRAL),
+        "output_cached_by_shape": (by_shape(attention_loop), "weights_sum", CACHED),
         "dropout": (attn_dropout, "shape", "dropout in training mode"),
         "scaled_after_softmax": (attn_scaled_after_softmax, "weights_sum", "after the softmax"),
         "weights_times_k": (
@@ -544,7 +548,7 @@ WRONG: dict[str, dict[str, tuple[Any, str, str]]] = {
         "output_cached_by_shape": (
             by_shape(lambda q, k: q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])),
             "formula",
-            NEUTRAL,
+            CACHED,
         ),
         "no_grad": (no_grad(lambda q, k: _scores(q, k)), "formula", GRAD),
         "overwrites_input": (scores_in_place, "shape", IN_PLACE),
@@ -573,7 +577,7 @@ WRONG: dict[str, dict[str, tuple[Any, str, str]]] = {
         "no_grad": (no_grad(block_book), "matches_block", GRAD),
         "overwrites_input": (block_in_place, "shape", IN_PLACE),
         "overwrites_weights": (block_edits_weights, "shape", "ln_1.weight"),
-        "output_cached_by_shape": (by_shape(block_book), "residual", NEUTRAL),
+        "output_cached_by_shape": (by_shape(block_book), "residual", CACHED),
         "switches_to_eval": (block_switches_to_eval, "shape", "Leave the module's mode"),
         # Right numbers without writing the block: its own forward does the work.
         "calls_the_block": (lambda block, x: block(x), "shape", CALLS_BLOCK),
@@ -584,13 +588,13 @@ WRONG: dict[str, dict[str, tuple[Any, str, str]]] = {
         "masks_by_value": (cached_mask_by_value, "shape", NAN),
         "no_max_subtracted": (cached_no_max, "shape", NAN),
         "fixed_mask_sliced": (cached_fixed_mask, "shape", "your function raised"),
-        "output_cached_by_shape": (by_shape(cached_book), "no_cache", NEUTRAL),
+        "output_cached_by_shape": (by_shape(cached_book), "no_cache", CACHED),
         "overwrites_cache": (cached_in_place, "shape", IN_PLACE),
         "fills_with_minus_1e9": (cached_fill_minus_1e9, "with_cache", "such as -1e9"),
     },
     "rope": {
         "ignores_positions": (rope_ignores_positions, "identity", "positions 0..T-1"),
-        "output_cached_by_shape": (by_shape(apply_rope), "identity", NEUTRAL),
+        "output_cached_by_shape": (by_shape(apply_rope), "identity", CACHED),
         "no_grad": (no_grad(apply_rope), "reference", GRAD),
         "overwrites_input": (rope_in_place, "shape", IN_PLACE),
         "float32_angles": (rope_float32_angles, "reference", "only to about float32 precision"),
@@ -673,7 +677,7 @@ HINTS: dict[str, dict[str, str]] = {
         "masks_last_column": NEUTRAL,
         "hides_itself": "hides the diagonal",
         "squeezes": NEUTRAL,
-        "uniform_over_visible": NEUTRAL,
+        "uniform_over_visible": "its output does not depend on the input's values",
     },
     "causal_attention": {
         "forgets_mask": "without the mask",

@@ -165,7 +165,8 @@ WRONG: dict[str, tuple[Callable[..., Any], str, str | None]] = {
     "clamped_empty_rows": (clamped_empty_rows, "empty_rows", None),
     "only_first_batch_row": (only_first_batch_row, "shapes", None),
     "returns_output_only": (returns_output_only, "shapes", "Return the three tensors"),
-    "cached_by_shape": (cached_by_shape, "folding", None),  # a factory: a fresh cache per run
+    # A factory: a fresh cache per run.
+    "cached_by_shape": (cached_by_shape, "folding", "an earlier input of the same shape"),
     "float64_for_float32": (merge_in_float64, "shapes", "returns float64 for a float32 input"),
     "float32_forced": (merge_in_float32, "two_halves", "returns float32 for a float64 input"),
     "float32_cast_back": (

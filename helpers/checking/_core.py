@@ -140,6 +140,10 @@ class _Mismatch(Exception):
         self.expected, self.got, self.hint = expected, got, hint
 
 
+class _WrongDtype(_Mismatch):
+    """The reader's function returned another dtype than its input's (a failed property)."""
+
+
 class _ReturnedNaN(_Mismatch):
     """The reader's function returned nan or inf where the answer is finite."""
 
@@ -250,6 +254,28 @@ def _edited(original: Any, passed: Any) -> str | None:
                 where = f"its submodule {name}" if name else "it"
                 return f"the mode (it switched {where} to {mode} mode)"
     return None
+
+
+def _tensors_in(value: Any) -> bool:
+    """Whether ``value`` is a tensor, or a tuple or list holding only tensors."""
+    if isinstance(value, tuple | list):
+        return bool(value) and all(isinstance(v, torch.Tensor) for v in value)
+    return isinstance(value, torch.Tensor)
+
+
+def _identical(a: Any, b: Any) -> bool:
+    """Whether two tensors (or tuples or lists of them) hold exactly the same values, nan equal
+    to nan."""
+    if isinstance(a, tuple | list) and isinstance(b, tuple | list):
+        return len(a) == len(b) and all(_identical(x, y) for x, y in zip(a, b, strict=True))
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+        return False
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    a, b = a.detach(), b.detach()
+    if a.is_floating_point() or a.is_complex():
+        return bool(((a == b) | (a.isnan() & b.isnan())).all())
+    return torch.equal(a, b)
 
 
 def _same_output(a: Any, b: Any) -> bool:
@@ -363,6 +389,9 @@ class _Session:
         self.spent = 0.0  # seconds spent in the reader's function
         self.first: tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any], Any, str] | None
         self.first = None  # the first call: function, arguments, output and input, to repeat
+        # Per shape of the tensor arguments: the arguments, output and input of each call.
+        self.seen: dict[Any, list[tuple[tuple[torch.Tensor, ...], Any, str]]] = {}
+        self.stale: str | None = None  # the earlier input whose output the latest call repeated
 
     def call(
         self, fn: Callable[..., Any], *args: Any, input: str, _repeat: bool = False, **kwargs: Any
@@ -412,7 +441,27 @@ class _Session:
         self._same_rng(rng, "your function")
         if record:
             self.first = (fn, *saved, _snapshot(out), input)
+        if not _repeat:
+            self._remember(args, kwargs, out, input)
         return out
+
+    def _remember(self, args: Sequence[Any], kwargs: dict[str, Any], out: Any, input: str) -> None:
+        """Keep this call's tensor arguments and output, and set :attr:`stale` when the output is
+        exactly that of an earlier call whose tensor arguments had the same shapes and other
+        values (a cache keyed by the shape, or an output that ignores the input's values)."""
+        tensors = tuple(
+            a.detach().clone() for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)
+        )
+        self.stale = None
+        if not tensors or not _tensors_in(out):
+            return
+        earlier = self.seen.setdefault(tuple(tuple(t.shape) for t in tensors), [])
+        for before, output, described in earlier:
+            same_input = all(_identical(a, b) for a, b in zip(before, tensors, strict=True))
+            if not same_input and _identical(out, output):
+                self.stale = described
+                break
+        earlier.append((tensors, _snapshot(out), input))
 
     def run(self, fn: Callable[..., Any], *args: Any, input: str, doer: str) -> Any:
         """``fn(*args)``, where ``fn`` runs code the reader's function left behind (a hook it
@@ -757,6 +806,17 @@ def _run(
                 kind = mismatch.kind
                 expected, got = mismatch.expected, mismatch.got
                 hint = mismatch.hint or hint
+                # The latest output repeats an earlier one for other values: that explains the
+                # failure better than a rule restated, or a dtype that is the earlier input's.
+                repeated = mismatch.hint is None or isinstance(mismatch, _WrongDtype)
+                if kind == "property" and repeated and session.stale is not None:
+                    hint = (
+                        "Your function returned exactly what it returned for an earlier input of "
+                        f"the same shape with other values ({session.stale}): it keeps state "
+                        "between calls (a cache keyed by the shape, a global), or its output does "
+                        "not depend on the input's values. Compute the result from the arguments "
+                        "alone."
+                    )
                 first = getattr(mismatch, "header", None)
             except Exception as err:  # what the function returned broke the check itself
                 kind = "property"
@@ -929,7 +989,7 @@ def _tensor_out(
     if not out.is_floating_point():
         raise _Mismatch(want + " of floats", f"dtype {out.dtype}")
     if dtype is not None and out.dtype != dtype:
-        raise _Mismatch(
+        raise _WrongDtype(
             want + f" of dtype {_dtype(dtype)}, the input's",
             f"dtype {_dtype(out.dtype)}",
             _dtype_hint(out.dtype, dtype),

@@ -24,6 +24,7 @@ from helpers.checking._core import (
     _run,
     _Session,
     _shape,
+    _WrongDtype,
 )
 
 Tensor = torch.Tensor
@@ -133,7 +134,7 @@ def _tensor(out: Any, like: Tensor, name: str) -> Tensor:
     if not out.is_floating_point():
         raise _Mismatch(want + " of floats", f"dtype {out.dtype}")
     if out.dtype != like.dtype:
-        raise _Mismatch(
+        raise _WrongDtype(
             want + f" of dtype {_dtype(like.dtype)}, the input's",
             f"dtype {_dtype(out.dtype)}",
             _dtype_hint(out.dtype, like.dtype),
