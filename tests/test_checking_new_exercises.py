@@ -232,6 +232,12 @@ LN_WRONG: dict[str, tuple[Callable[..., Any], str, str]] = {
         "shape",
         "in place",
     ),
+    # Flattens with view: a non-contiguous x (a transposed view, as inside a model) breaks it.
+    "flattened_by_view": (
+        lambda x, w, b, eps=1e-5: ln_book(x.view(-1, x.shape[-1]), w, b, eps).view(x.shape),
+        "matches",
+        "view() needs a contiguous tensor",
+    ),
 }
 
 

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from helpers.checking._core import (
+    VARIANTS,
     CheckResult,
     _differ,
     _expect_close,
@@ -29,6 +30,7 @@ from helpers.checking._core import (
     _Session,
     _shape,
     _tensor_out,
+    _variant,
 )
 
 
@@ -282,8 +284,8 @@ def check_layer_norm(fn: Callable[..., torch.Tensor]) -> CheckResult:
     ``bias``, finite, thanks to ``eps``; the output equals ``F.layer_norm`` for several shapes,
     for the default ``eps`` on vectors of variance 1e-6 (where ``eps`` dominates), for ``eps`` of
     0.1 on vectors of variance below and above it, for vectors whose mean is 1000, for float64
-    (to float64 precision), and with gradients reaching ``x``, ``weight`` and ``bias``; the
-    output has the input's dtype (bfloat16 included).
+    (to float64 precision, in a non-contiguous ``x``), and with gradients reaching ``x``,
+    ``weight`` and ``bias``; the output has the input's dtype (bfloat16 included).
     """
 
     def params(C: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -423,7 +425,8 @@ def check_layer_norm(fn: Callable[..., torch.Tensor]) -> CheckResult:
     def matches(s: _Session) -> None:
         # (size, seed, eps, offset, scale of the vectors, dtype): vectors of variance about
         # 1e-6, where the default eps (1e-5) dominates; eps = 0.1 with vectors of variance from
-        # 0.0025 to 4 (some below eps, some above); means of 1000; float64 with gradients.
+        # 0.0025 to 4 (some below eps, some above); means of 1000; float64 with gradients, in
+        # a non-contiguous x.
         cases = [
             ((2, 5, 8), 31, None, 0.0, "tiny", torch.float32),
             ((3, 40, 128), 32, 0.1, 0.0, "mixed", torch.float32),
@@ -441,8 +444,9 @@ def check_layer_norm(fn: Callable[..., torch.Tensor]) -> CheckResult:
             else:
                 extra = f", every vector's mean near {offset:g}" if offset else ""
             x = x.to(dtype)
-            if dtype == torch.float64:
-                extra += ", float64"
+            if dtype == torch.float64:  # and laid out as inside a model: not contiguous
+                x = _variant(x, "strided")
+                extra += ", float64" + VARIANTS["strided"]
             w, b = (t.to(dtype) for t in params(size[-1], seed))
             with torch.enable_grad():
                 grad = number == len(cases) - 1  # the last call with gradients on
