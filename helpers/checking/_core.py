@@ -28,8 +28,9 @@ A checker never raises and never prints a traceback: whatever the reader's code 
 part of the report. Random draws use their own seeded generators (the global random state is
 saved and restored), so the report is the same text on every run.
 
-Every call of the reader's function is bounded in time: it is stopped after
-:data:`CALL_TIME_LIMIT` seconds, and all the calls of one check together get
+Every call of the reader's function, and of code it leaves behind (a hook it registers, the
+``remove()`` of a handle it returns: :meth:`_Session.run`), is bounded in time: it is stopped
+after :data:`CALL_TIME_LIMIT` seconds, and all the calls of one check together get
 :data:`CHECK_TIME_LIMIT` seconds, so a function that never returns (a ``continue`` where
 ``break`` was meant) gives a report, not a kernel that has to be interrupted. On Linux and macOS,
 in the main thread (where a Jupyter kernel runs a cell), the call is interrupted by a ``SIGALRM``
