@@ -329,7 +329,7 @@ def main(argv: Sequence[str] | None = None) -> dict:
         who = f"{env.world_size} process(es)"
         if args.emulate_ranks > 1:
             who = f"1 process drawing {args.emulate_ranks} ranks' batches"
-        print(f"{args.mode}, {who}: val loss {val:.4f} after {args.steps} steps")
+        print(f"{args.mode}, {who}: val loss {val:.3f} after {args.steps} steps")
     if env.world_size > 1:
         dist.barrier()
         dist.destroy_process_group()
