@@ -138,7 +138,7 @@ def draw() -> Figure:
         ax,
         x1 + 1.2,
         1.05,
-        "The book's helper rebuilds the cache\nfrom the cropped window "
+        "The book's helper drops the cache and\nreruns the cropped window "
         "(chapter 10:\nrotary positions avoid this).",
         size=7.5,
         color=MUTED,
