@@ -33,7 +33,7 @@ def validation_line(text: str, min_len: int = MIN_LEN, max_len: int = MAX_LEN) -
     ``helpers.training.train_val_split`` splits it) with ``min_len`` to ``max_len`` characters."""
     if not 0 < min_len <= max_len:
         raise ValueError(f"need 0 < min_len <= max_len, got {min_len}, {max_len}")
-    validation = text[int(0.9 * len(text)):]
+    validation = text[int(0.9 * len(text)) :]
     for line in validation.split("\n")[1:]:  # the first piece may be a cut line
         if min_len <= len(line) <= max_len:
             return line
@@ -56,8 +56,8 @@ def main() -> None:
     weights = head_weights(line)
     payload = {
         "about": f"block {BLOCK}, head {HEAD} of book/explorer/gpt_shakespeare.js on one line "
-                 "of the Tiny Shakespeare validation text; written by "
-                 "tools/export_previous_token_head.py",
+        "of the Tiny Shakespeare validation text; written by "
+        "tools/export_previous_token_head.py",
         "block": BLOCK,
         "head": HEAD,
         "text": line,
@@ -67,8 +67,9 @@ def main() -> None:
     text = re.sub(r"\[\s+([^\[\]]*?)\s+\]", lambda m: "[" + " ".join(m[1].split()) + "]", text)
     OUT.write_text(text + "\n")  # one row of weights per line
     previous = weights.diagonal(offset=-1).mean().item()
-    print(f"{OUT.relative_to(ROOT)}: {line!r}, mean weight on the previous character "
-          f"{previous:.3f}")
+    print(
+        f"{OUT.relative_to(ROOT)}: {line!r}, mean weight on the previous character {previous:.3f}"
+    )
 
 
 if __name__ == "__main__":
