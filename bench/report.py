@@ -79,7 +79,7 @@ def wallclock_table(runs: dict) -> str:
     run = runs["wallclock"]
     recs = run["recipes"]
     rows = [
-        "| contender | steps | trained (s) | tokens/s | MFU | test loss | vs nanoGPT, paired "
+        "| contender | steps | trained (s) | tokens/s | MFU | test loss | vs nanoGPT, per seed "
         "| val loss |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
@@ -113,7 +113,7 @@ def budgets_table(runs: dict) -> str:
         raise ValueError("results.json has no wall-clock run with a budget and a tolerance")
     rows = [
         "| budget | contender | steps | model FLOPs (T) | trained (s) | of which on the CPU "
-        "| test loss | vs nanoGPT, paired | verdict | vs `book`, paired | verdict |",
+        "| test loss | vs nanoGPT, per seed | verdict | vs `book`, paired | verdict |",
         "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | --- |",
     ]
     notes = []
