@@ -11,7 +11,7 @@ Under pytest-xdist (`make test` runs `-n JOBS --dist loadfile --no-loadscope-reo
 runs a whole file (a notebook's cells share one kernel), and files are handed out in the order
 set here: the GPT and modern chapters first (their long trainings keep two workers busy), then
 the tests of the built book (the worker that gets them builds the book once; see
-tests/conftest.py), then the files of a minute or more, longest first, then the rest.
+tests/conftest.py), then the rest.
 """
 
 from __future__ import annotations
@@ -37,28 +37,12 @@ ROOT = Path(__file__).parent
 # free and finish minutes after everything else.
 LONGEST_FIRST = (ROOT / "book" / "part2" / "gpt.ipynb", ROOT / "book" / "part3" / "modern.ipynb")
 BUILT_BOOK_FILES = ("test_build", "test_browser")  # file-name prefixes
-# Then the files of a minute or more (measured in CI, longest first), so that the run ends on
-# short files and neither worker waits long for the other at the end.
-LONG_NEXT = (
-    ROOT / "book" / "part3" / "distributed.ipynb",
-    ROOT / "tests" / "test_distributed.py",
-    ROOT / "book" / "part3" / "what_attention_learns.ipynb",
-    ROOT / "book" / "part1" / "multihead_cross.ipynb",
-    ROOT / "book" / "part3" / "cost_and_generation.ipynb",
-    ROOT / "book" / "part3" / "flash_attention.ipynb",
-)
 
 
 def schedule_rank(item: pytest.Item) -> int:
     """Where a test's file goes in the order pytest-xdist hands files to its workers."""
     path = Path(str(item.fspath))
-    if path in LONGEST_FIRST:
-        return 0
-    if path.name.startswith(BUILT_BOOK_FILES):
-        return 1
-    if path in LONG_NEXT:
-        return 2 + LONG_NEXT.index(path)
-    return 2 + len(LONG_NEXT)
+    return 0 if path in LONGEST_FIRST else 1 if path.name.startswith(BUILT_BOOK_FILES) else 2
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
