@@ -162,3 +162,17 @@ def test_every_committed_wall_clock_run_is_within_its_budget() -> None:
         assert run["machine"]["cpu"] and run["machine"]["matmul_peak_gflops"] > 0, label
         for name, rec in run["recipes"].items():
             assert len(rec["train_flops"]) == len(rec["seeds"]), f"{label}/{name}"
+
+
+def test_the_books_recipes_trained_as_long_as_nanogpt_in_each_seed() -> None:
+    """Chapters 8 and 10 say the budgets were equal: in every seed each of the book's recipes
+    trained for the seconds nanoGPT's code trained in that seed, within 1%."""
+    runs = json.loads(RESULTS.read_text())["runs"]
+    for label in ("wallclock", "wallclock_60s"):
+        recipes = runs[label]["recipes"]
+        nano = recipes["nanoGPT"]
+        assert len(recipes) > 1, label
+        for name, rec in recipes.items():
+            assert rec["seeds"] == nano["seeds"], f"{label}/{name}"
+            for seconds, nano_seconds in zip(rec["seconds"], nano["seconds"], strict=True):
+                assert abs(seconds - nano_seconds) < 0.01 * nano_seconds, f"{label}/{name}"
