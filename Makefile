@@ -3,7 +3,7 @@
 #                  _build/html (open _build/html/index.html)
 #   make test   -> adds the test toolchain (requirements-test.txt) and runs every test: lint,
 #                  helper unit tests, strict build, browser checks, nbval, on every core
-# Faster loops: make test-unit (about a minute on 2 cores), make test-book, make test-notebooks,
+# Faster loops: make test-unit (about 80 s on 2 cores), make test-book, make test-notebooks,
 # make nbval NB=book/part1/averaging.ipynb (one notebook), make test-rounding (the notebooks under
 # other CPUs' rounding, before a change to a notebook lands). `make lab` opens the notebooks.
 
@@ -118,7 +118,7 @@ test: install-test chromium lint
 	$(TEST_ENV) $(BIN)/python -m pytest $(PARALLEL) tests book $(NBVAL)
 
 test-unit: install-test
-	$(BIN)/python -m pytest $(PARALLEL) -m unit tests
+	$(TEST_ENV) $(BIN)/python -m pytest $(PARALLEL) -m unit tests
 
 test-book: install-test chromium
 	$(BIN)/python -m pytest -m book tests
