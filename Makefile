@@ -56,8 +56,8 @@ check-python:
 # local wheel when the PyTorch index is out of reach). The requirements go through uv, pinned:
 # it fetches, installs and byte-compiles them in parallel, about 17 s on a fresh 2-core machine
 # against pip's 48 s. uv reads none of pip's settings, so where pip is pointed at another index
-# or at none (PIP_INDEX_URL, PIP_NO_INDEX or pip.conf; see README), or where uv cannot run, pip
-# installs the same pinned set. Both byte-compile up front, as pip does by default: where
+# or at none (PIP_INDEX_URL, PIP_NO_INDEX or pip.conf, all listed by `pip config list`; see
+# README), or where uv cannot run, pip installs the same pinned set. Both byte-compile up front, as pip does by default: where
 # PYTHONDONTWRITEBYTECODE is set, nothing would cache the compiled modules, and every process
 # (each torchrun worker) would compile torch's Python code again as it starts, which doubled
 # the distributed tests' time.
@@ -67,7 +67,7 @@ define venv_install
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet --retries 1 --no-deps $(TORCH_INSTALL)
-	if [ -z "$$PIP_INDEX_URL$$PIP_NO_INDEX" ] && ! $(PIP) config list | grep -qE '\.(index-url|no-index)=' \
+	if ! $(PIP) config list | grep -qE '\.(index-url|no-index)=' \
 	    && $(PIP) install --quiet "uv==$(UV_VERSION)"; then \
 	  $(BIN)/uv pip install --quiet --compile-bytecode --python $(BIN)/python -r $(1) \
 	    -c constraints.txt || $(PIP) install --quiet -r $(1) -c constraints.txt; \
