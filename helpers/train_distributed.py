@@ -127,8 +127,13 @@ def wrap(model: GPT, mode: str, env: DistEnv) -> nn.Module:
         return model
     if env.world_size == 1:
         return model
+    # Every rank starts from rank 0's weights. DDP would send them itself (init_sync) through a
+    # flat copy of all of them, which gloo can free on its own thread, where AllocatorTrace does
+    # not see the free; a broadcast of each tensor in place leaves no copy behind.
+    for tensor in model.state_dict().values():
+        dist.broadcast(tensor, src=0)
     device_ids = [env.local_rank] if env.device.startswith("cuda") else None
-    return DistributedDataParallel(model, device_ids=device_ids)
+    return DistributedDataParallel(model, device_ids=device_ids, init_sync=False)
 
 
 def full_state_dict(model: nn.Module, mode: str) -> dict[str, torch.Tensor]:

@@ -308,10 +308,12 @@ def test_memory_measured_during_a_step(three_runs) -> None:
     ddp, fsdp = three_runs["ddp"][0], three_runs["fsdp"][0]
     n = ddp["n_params"]
     slack = 0.02 * 16 * n  # the batch, Adam's step counters, the loss records
-    # DDP's ranks hold the same tensors; the profiler can miss a free on rank 0 (a buffer the
-    # size of the weights), which AllocatorTrace notices only if the address is reused.
-    assert abs(min(ddp["bytes_at_rest_per_rank"]) - 16 * n) < slack
-    assert all(rest < 20 * n + slack for rest in ddp["bytes_at_rest_per_rank"])
+    # DDP's ranks hold the same tensors. (DDP's own first broadcast of the weights goes through
+    # a flat copy that gloo can free on its own thread, unseen: a rank showed 4 bytes per
+    # parameter more in 3 of 58 runs, measured. helpers.train_distributed.wrap broadcasts each
+    # tensor in place instead: 0 of 52 runs.)
+    for rest in ddp["bytes_at_rest_per_rank"]:
+        assert abs(rest - 16 * n) < slack
     for rest in fsdp["bytes_at_rest_per_rank"]:
         assert 6 * n < rest < 10 * n + slack
     for peak, ddp_peak, ddp_rest in zip(
