@@ -129,7 +129,7 @@ class TrainConfig:
     (chapter 8 trains with them; ``bench/train_gpt.py`` measures them; ``bench/README.md``
     says how they were chosen): batch 12 windows of 64 characters, AdamW with weight decay 0.1,
     100 warm-up steps to a learning rate of 5e-3, cosine decay to 5e-5, gradients clipped to
-    norm 1.
+    norm 1. ``eval_interval=None`` estimates the losses once, after the last step.
     """
 
     max_steps: int = 10_800
@@ -140,13 +140,15 @@ class TrainConfig:
     warmup_steps: int = 100
     weight_decay: float = 0.1
     grad_clip: float = 1.0
-    eval_interval: int = 900
+    eval_interval: int | None = 900
     eval_steps: int = 20
     seed: int = 1337
 
     def __post_init__(self) -> None:
-        for name in ("batch_size", "block_size", "eval_interval", "eval_steps"):
+        for name in ("batch_size", "block_size", "eval_steps"):
             check_positive_int(name, getattr(self, name))
+        if self.eval_interval is not None:
+            check_positive_int("eval_interval", self.eval_interval)
         for name in ("max_steps", "warmup_steps"):
             check_non_negative_int(name, getattr(self, name))
         if not 0.0 <= self.min_lr <= self.max_lr:
@@ -206,7 +208,8 @@ def train(
 ) -> History:
     """Train ``model`` with AdamW, warm-up + cosine learning rate and gradient clipping.
 
-    Train and validation losses are estimated every ``eval_interval`` steps and at the end.
+    Train and validation losses are estimated every ``eval_interval`` steps (from step 0) and at
+    the end; with ``eval_interval=None``, at the end only.
     ``log`` (e.g. ``print``) receives one line per estimate as it is made, such as
     ``"step   900: train loss 2.0208, val loss 2.0989"``: a loss table that doubles as a progress
     report. ``progress`` (e.g. a tqdm bar's ``update``) is called with 1 after every step.
@@ -231,7 +234,7 @@ def train(
 
     model.train()
     for step in range(config.max_steps):
-        if step % config.eval_interval == 0:
+        if config.eval_interval is not None and step % config.eval_interval == 0:
             evaluate(step)
         start = time.perf_counter()
         lr = cosine_lr(

@@ -266,6 +266,26 @@ def test_train_is_reproducible() -> None:
     torch.testing.assert_close(runs[0], runs[1], rtol=0, atol=0)
 
 
+def test_no_eval_interval_estimates_once_at_the_end() -> None:
+    """Estimates draw their own batches: skipping them leaves the training and the last estimate
+    exactly as they were."""
+    data = random_tokens(400, vocab_size=7)
+    runs = {}
+    for interval in (10, None):
+        config = TrainConfig(
+            max_steps=30, batch_size=4, block_size=6, max_lr=0.05, warmup_steps=5,
+            eval_interval=interval, eval_steps=2,
+        )  # fmt: skip
+        _ = torch.manual_seed(0)
+        model = BigramLanguageModel(7)
+        history = train(model, data[:300], data[300:], config)
+        runs[interval] = (history, model.token_embedding_table.weight.detach().clone())
+    (every, w_every), (once, w_once) = runs[10], runs[None]
+    assert every.steps == [0, 10, 20, 30] and once.steps == [30]
+    assert once.val_loss == every.val_loss[-1:] and once.train_loss == every.train_loss[-1:]
+    torch.testing.assert_close(w_once, w_every, rtol=0, atol=0)
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_train_is_the_loop_written_out(seed: int) -> None:
     """Chapter 8 writes the loop out and checks train() against it bit for bit; so does this."""
@@ -382,6 +402,7 @@ def test_train_with_no_iterations_only_evaluates() -> None:
         (dict(batch_size=12.0), "batch_size must be a positive int, got 12.0"),
         (dict(block_size=-1), "block_size must be a positive int"),
         (dict(eval_interval=0), "eval_interval must be a positive int"),
+        (dict(eval_interval=2.0), "eval_interval must be a positive int"),
         (dict(eval_steps=0), "eval_steps must be a positive int"),
         (dict(max_steps=-5), "max_steps must be an int >= 0, got -5"),
         (dict(warmup_steps=1.5), "warmup_steps must be an int >= 0, got 1.5"),
