@@ -127,9 +127,11 @@ def wrap(model: GPT, mode: str, env: DistEnv) -> nn.Module:
         return model
     if env.world_size == 1:
         return model
-    # Every rank starts from rank 0's weights. DDP would send them itself (init_sync) through a
-    # flat copy of all of them, which gloo can free on its own thread, where AllocatorTrace does
-    # not see the free; a broadcast of each tensor in place leaves no copy behind.
+    # Every rank starts from rank 0's weights (the seed made them equal already; this makes
+    # sure). DDP would send them itself (init_sync, which also first checks that the ranks'
+    # shapes agree) through a flat copy of all of them, which gloo can free on its own thread,
+    # where the CPU memory trace (AllocatorTrace) does not see the free; a broadcast of each
+    # tensor in place leaves no copy behind.
     for tensor in model.state_dict().values():
         dist.broadcast(tensor, src=0)
     device_ids = [env.local_rank] if env.device.startswith("cuda") else None

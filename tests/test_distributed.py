@@ -307,9 +307,9 @@ def test_memory_measured_during_a_step(three_runs) -> None:
     """Each rank's bytes (PyTorch's allocator) at the start of its second step and at its peak:
     DDP holds weights, Adam's two moments and its gradient bucket, 16 bytes per parameter; FSDP
     holds its halves of weights and moments (6 bytes per parameter) and buffers of its collectives
-    that gloo freed on its own threads, unseen: how many varies from run to run (measured over 28
-    runs of a rank on a loaded machine: from none to 5.8 bytes per parameter). So FSDP's count is
-    bounded by what it must hold and by DDP's. The step's activations come on top."""
+    not seen freed (alive, or freed on gloo's threads): how many varies from run to run (measured
+    over 28 runs of a rank on a loaded machine: from none to 5.8 bytes per parameter). So FSDP's
+    count is bounded by what it must hold and by DDP's. The step's activations come on top."""
     ddp, fsdp = three_runs["ddp"][0], three_runs["fsdp"][0]
     n = ddp["n_params"]
     slack = 0.02 * 16 * n  # the batch, Adam's step counters, the loss records
