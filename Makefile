@@ -57,10 +57,10 @@ check-python:
 # it fetches, installs and byte-compiles them in parallel, about 17 s on a fresh 2-core machine
 # against pip's 48 s. uv reads none of pip's settings, so where pip is pointed at another index
 # or at none (PIP_INDEX_URL, PIP_NO_INDEX or pip.conf, all listed by `pip config list`; see
-# README), or where uv cannot run, pip installs the same pinned set. Both byte-compile up front, as pip does by default: where
-# PYTHONDONTWRITEBYTECODE is set, nothing would cache the compiled modules, and every process
-# (each torchrun worker) would compile torch's Python code again as it starts, which doubled
-# the distributed tests' time.
+# README), or where uv cannot run, pip installs the same pinned set. Both byte-compile up
+# front, as pip does by default: where PYTHONDONTWRITEBYTECODE is set, nothing would cache the
+# compiled modules, and every process (each torchrun worker) would compile torch's Python code
+# again as it starts, which doubled the distributed tests' time.
 UV_VERSION = 0.13.9
 define venv_install
 	@$(MAKE) --no-print-directory check-python
