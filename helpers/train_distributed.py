@@ -131,9 +131,9 @@ def wrap(model: GPT, mode: str, env: DistEnv) -> nn.Module:
     # sure). DDP would send them itself (init_sync, which also first checks that the ranks'
     # shapes agree) through a flat copy of all of them, which gloo can free on its own thread,
     # where the CPU memory trace (AllocatorTrace) does not see the free; a broadcast of each
-    # tensor in place leaves no copy behind.
-    for tensor in model.state_dict().values():
-        dist.broadcast(tensor, src=0)
+    # tensor in place leaves no copy behind (parameters() lists the tied weight once).
+    for tensor in [*model.parameters(), *model.buffers()]:
+        dist.broadcast(tensor.detach(), src=0)
     device_ids = [env.local_rank] if env.device.startswith("cuda") else None
     return DistributedDataParallel(model, device_ids=device_ids, init_sync=False)
 
