@@ -126,16 +126,23 @@ test-book: install-test chromium
 test-notebooks: install-test
 	$(TEST_ENV) $(BIN)/python -m pytest $(PARALLEL) -m notebooks tests book $(NBVAL)
 
-# Re-run every notebook under two other float rounding paths of this CPU and compare with the
+# Re-run every notebook under three other float rounding paths of this CPU and compare with the
 # committed outputs: what a machine of another CPU family (Intel, AMD, ARM) sees. PyTorch's
 # vectorised kernels (ATEN_CPU_CAPABILITY) and MKL's conditional-numerical-reproducibility mode
-# (MKL_CBWR) both change the last bits of a result; on an x86-64 CPU each pair below changes the
-# digits of a trained model. On an ARM CPU they are ignored and this re-runs the same path twice.
+# (MKL_CBWR) both change the last bits of a result, and so does MKL's choice of kernels by CPU
+# vendor: tools/mkl_as_on_intel.c (built here with cc, loaded with LD_PRELOAD) makes an AMD CPU
+# run the MKL kernels an Intel CPU runs (on an Intel CPU it changes nothing). On an x86-64 CPU
+# each path below changes the digits of a trained model; on an ARM CPU they are ignored.
 # The distributed chapter is left out: its torch.compile cells make TorchInductor generate C++
 # for the ISA that ATEN_CPU_CAPABILITY names, which under these overrides does not compile
 # (default) or gives nan (avx2) on a CPU that has more; a real CPU of another family is unaffected.
-ROUNDING_PATHS ?= ATEN_CPU_CAPABILITY=avx2,MKL_CBWR=COMPATIBLE ATEN_CPU_CAPABILITY=default
-test-rounding: install-test
+MKL_AS_ON_INTEL = $(VENV)/lib/mkl_as_on_intel.so
+ROUNDING_PATHS ?= ATEN_CPU_CAPABILITY=avx2,MKL_CBWR=COMPATIBLE ATEN_CPU_CAPABILITY=default \
+                  LD_PRELOAD=$(CURDIR)/$(MKL_AS_ON_INTEL)
+$(MKL_AS_ON_INTEL): tools/mkl_as_on_intel.c | install-test
+	$(CC) -shared -fPIC -O2 -o $@ $<
+
+test-rounding: install-test $(MKL_AS_ON_INTEL)
 	@set -e; for path in $(ROUNDING_PATHS); do \
 	  echo "== notebooks under $$path"; \
 	  env $$(echo $$path | tr , ' ') $(TEST_ENV) $(BIN)/python -m pytest $(PARALLEL) \
