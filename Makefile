@@ -126,23 +126,30 @@ test-book: install-test chromium
 test-notebooks: install-test
 	$(TEST_ENV) $(BIN)/python -m pytest $(PARALLEL) -m notebooks tests book $(NBVAL)
 
-# Re-run every notebook under three other float rounding paths of this CPU and compare with the
+# Re-run every notebook under other float rounding paths of this CPU and compare with the
 # committed outputs: what a machine of another CPU family (Intel, AMD, ARM) sees. PyTorch's
 # vectorised kernels (ATEN_CPU_CAPABILITY) and MKL's conditional-numerical-reproducibility mode
-# (MKL_CBWR) both change the last bits of a result, and so does MKL's choice of kernels by CPU
-# vendor: tools/mkl_as_on_intel.c (built here with cc, loaded with LD_PRELOAD) makes an AMD CPU
-# run the MKL kernels an Intel CPU runs (on an Intel CPU it changes nothing). On an x86-64 CPU
-# each path below changes the digits of a trained model; on an ARM CPU they are ignored.
-# The distributed chapter is left out: its torch.compile cells make TorchInductor generate C++
-# for the ISA that ATEN_CPU_CAPABILITY names, which under these overrides does not compile
-# (default) or gives nan (avx2) on a CPU that has more; a real CPU of another family is unaffected.
+# (MKL_CBWR) both change the last bits of a result; on an x86-64 CPU each of the first two paths
+# below changes the digits of a trained model (on an ARM CPU, which has no MKL, they have no
+# effect). On an AMD CPU under Linux a third path puts MKL on the code path it takes on an Intel
+# CPU with the same instructions (tools/mkl_as_on_intel.c, built with $(CC), preloaded); it
+# changes those digits too. The run stops first if MKL did not take that path.
+# The distributed chapter is left out of all of them: its torch.compile cells make TorchInductor
+# generate C++ for the ISA that ATEN_CPU_CAPABILITY names, which under those overrides does not
+# compile (default) or gives nan (avx2) on a CPU that has more.
 MKL_AS_ON_INTEL = $(VENV)/lib/mkl_as_on_intel.so
+ON_AMD := $(shell grep -qsm1 AuthenticAMD /proc/cpuinfo && echo yes)
 ROUNDING_PATHS ?= ATEN_CPU_CAPABILITY=avx2,MKL_CBWR=COMPATIBLE ATEN_CPU_CAPABILITY=default \
-                  LD_PRELOAD=$(CURDIR)/$(MKL_AS_ON_INTEL)
+                  $(if $(ON_AMD),LD_PRELOAD=$(abspath $(MKL_AS_ON_INTEL)))
 $(MKL_AS_ON_INTEL): tools/mkl_as_on_intel.c | install-test
 	$(CC) -shared -fPIC -O2 -o $@ $<
 
-test-rounding: install-test $(MKL_AS_ON_INTEL)
+test-rounding: install-test $(if $(ON_AMD),$(MKL_AS_ON_INTEL))
+ifeq ($(ON_AMD),yes)
+	@MKL_VERBOSE=1 LD_PRELOAD=$(abspath $(MKL_AS_ON_INTEL)) $(BIN)/python -c \
+	  'import torch; torch.ones(8, 8) @ torch.ones(8, 8)' | grep -q 'Advanced Vector Extensions' \
+	  || { echo "error: MKL ignored $(MKL_AS_ON_INTEL): no Intel path to test" >&2; exit 1; }
+endif
 	@set -e; for path in $(ROUNDING_PATHS); do \
 	  echo "== notebooks under $$path"; \
 	  env $$(echo $$path | tr , ' ') $(TEST_ENV) $(BIN)/python -m pytest $(PARALLEL) \
