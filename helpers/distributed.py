@@ -177,8 +177,10 @@ def training_state_bytes(
 ) -> float:
     """Bytes of float32 training state per rank: parameters (4 bytes each), gradients (4) and,
     with Adam, two moment estimates (8): 16 bytes per parameter. Data parallelism keeps all of it
-    on every rank; sharding (``sharded=True``) keeps ``1 / world_size`` of it on each (the model's
-    size rounded up to a multiple of ``world_size``, as FSDP pads). Activations are extra."""
+    on every rank; sharding (``sharded=True``) keeps ``1 / world_size`` of it on each, counted as
+    an even split of the parameter count rounded up (FSDP2 pads each parameter's first dimension
+    to a multiple of ``world_size`` instead: a little more, negligible for large models).
+    Activations are extra."""
     check_non_negative_int("n_params", n_params)
     check_positive_int("world_size", world_size)
     per_param = 4 + 4 + (8 if adam else 0)
