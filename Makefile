@@ -137,16 +137,16 @@ test-notebooks: install-test
 # The distributed chapter is left out of all of them: its torch.compile cells make TorchInductor
 # generate C++ for the ISA that ATEN_CPU_CAPABILITY names, which under those overrides does not
 # compile (default) or gives nan (avx2) on a CPU that has more.
-MKL_AS_ON_INTEL = $(VENV)/lib/mkl_as_on_intel.so
+MKL_AS_ON_INTEL = $(abspath $(VENV)/lib/mkl_as_on_intel.so)
 ON_AMD := $(shell grep -qsm1 AuthenticAMD /proc/cpuinfo && echo yes)
 ROUNDING_PATHS ?= ATEN_CPU_CAPABILITY=avx2,MKL_CBWR=COMPATIBLE ATEN_CPU_CAPABILITY=default \
-                  $(if $(ON_AMD),LD_PRELOAD=$(abspath $(MKL_AS_ON_INTEL)))
+                  $(if $(ON_AMD),LD_PRELOAD=$(MKL_AS_ON_INTEL))
 $(MKL_AS_ON_INTEL): tools/mkl_as_on_intel.c | install-test
 	$(CC) -shared -fPIC -O2 -o $@ $<
 
 test-rounding: install-test $(if $(ON_AMD),$(MKL_AS_ON_INTEL))
 ifeq ($(ON_AMD),yes)
-	@MKL_VERBOSE=1 LD_PRELOAD=$(abspath $(MKL_AS_ON_INTEL)) $(BIN)/python -c \
+	@MKL_VERBOSE=1 LD_PRELOAD=$(MKL_AS_ON_INTEL) $(BIN)/python -c \
 	  'import torch; torch.ones(8, 8) @ torch.ones(8, 8)' | grep -q 'Advanced Vector Extensions' \
 	  || { echo "error: MKL ignored $(MKL_AS_ON_INTEL): no Intel path to test" >&2; exit 1; }
 endif
