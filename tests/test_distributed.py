@@ -253,11 +253,18 @@ def test_parallel_training_equals_one_process(three_runs, name: str, reference: 
     model, _ = load_gpt(path)  # the checkpoint loads with the book's own loader
     reference, _ = load_gpt(single_path)
     # Adam divides by the root of its running squared gradient (plus 1e-8), so a weight whose
-    # gradient is tiny moves by up to the learning rate on rounding noise alone; with two
-    # micro-steps per step there is more of it (measured: 8e-6 after 6 steps).
-    atol = 1e-6 if report["grad_accum"] == 1 else 5e-5
+    # gradient is tiny moves by up to the learning rate on rounding noise alone. Without
+    # accumulation the two runs add the same numbers in nearly the same order: every weight
+    # agrees to 1e-6. Two micro-steps against one whole batch add them in another order, and a
+    # few weights of the first block's query/key/value matrix drift further (measured under six
+    # rounding paths of an AMD EPYC: up to 7.9e-5, with ONEDNN_MAX_CPU_ISA=AVX2). So there each
+    # matrix is compared as a whole: measured, the difference's norm is at most 8.7e-5 of the
+    # matrix's; accumulating only one micro-step (half the batch) makes it 1.1e-2 to 0.67.
     for p, q in zip(model.parameters(), reference.parameters(), strict=True):
-        assert_close(p, q, rtol=1e-5, atol=atol)
+        if report["grad_accum"] == 1:
+            assert_close(p, q, rtol=1e-5, atol=1e-6)
+        else:
+            assert torch.linalg.norm(p - q) < 1e-3 * torch.linalg.norm(q)
     # The runs did train: the weights moved away from their initial values.
     assert report["train_loss"][-1] < report["train_loss"][0] - 0.05
 
