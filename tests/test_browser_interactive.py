@@ -57,10 +57,25 @@ def torch_model(book_build, explorer_path: Path):
     return load_gpt(book_build.html_dir / "_static" / "gpt_shakespeare.js")
 
 
-@pytest.fixture
-def explorer(browser, explorer_path: Path):
+def open_explorer(browser, explorer_path: Path) -> Page:
     page = Page(browser, explorer_path.as_uri())
     page.page.wait_for_function("() => document.getElementById('afs-explorer').afsExplorer")
+    return page
+
+
+@pytest.fixture
+def explorer(browser, explorer_path: Path):
+    page = open_explorer(browser, explorer_path)
+    yield page
+    assert page.problems() == []
+    page.close()
+
+
+@pytest.fixture(scope="module")
+def explorer_for_bad_input(browser, explorer_path: Path):
+    """One page for all the bad-input cases (opening one takes about a second): each case ends
+    by typing a good value again, and checks that the page recovered."""
+    page = open_explorer(browser, explorer_path)
     yield page
     assert page.problems() == []
     page.close()
@@ -225,8 +240,10 @@ def test_explorer_controls_change_what_is_drawn(explorer, torch_model) -> None:
         ("", "Type at least one character."),
     ],
 )
-def test_explorer_bad_input_shows_a_message(explorer, text: str, message: str) -> None:
-    page = explorer.page
+def test_explorer_bad_input_shows_a_message(
+    explorer_for_bad_input, text: str, message: str
+) -> None:
+    page = explorer_for_bad_input.page
     page.fill("textarea", text)
     shown = page.inner_text(".afs-message")
     assert message in shown, shown
@@ -296,8 +313,10 @@ def test_explorer_selection_follows_the_end_of_the_text(explorer) -> None:
         ("characters to generate", "2.5", "from 1 to 500; got 2.5."),
     ],
 )
-def test_explorer_rejects_bad_numbers_in_the_page(explorer, field, value, message) -> None:
-    page = explorer.page
+def test_explorer_rejects_bad_numbers_in_the_page(
+    explorer_for_bad_input, field, value, message
+) -> None:
+    page = explorer_for_bad_input.page
     field_box = page.locator(f"input[aria-label='{field}']")
     field_box.fill(value)
     shown = page.inner_text(".afs-gen-message")
