@@ -129,16 +129,17 @@ test-notebooks: install-test
 # Re-run every notebook under other float rounding paths of this CPU and compare with the
 # committed outputs: what a machine of another CPU family (Intel, AMD, ARM) sees. PyTorch's
 # vectorised kernels (ATEN_CPU_CAPABILITY), MKL's conditional-numerical-reproducibility mode
-# (MKL_CBWR) and the instructions oneDNN may use (ONEDNN_MAX_CPU_ISA: oneDNN computes GELU, and
-# the bfloat16 matrix products) all change the last bits of a result; on an x86-64 CPU each of
-# the first two paths below changes the digits of a trained model (on an ARM CPU, which has no
-# MKL, they have no effect). On an AMD CPU under Linux a third path puts MKL on the code path it
-# takes on an Intel CPU with the same instructions (tools/mkl_as_on_intel.c, built with $(CC),
-# preloaded); it changes those digits too. The run stops first if MKL did not take that path.
-# The distributed chapter is left out of those: its torch.compile cells make TorchInductor
-# generate C++ for the ISA that ATEN_CPU_CAPABILITY names, which under those overrides does not
-# compile (default) or gives nan (avx2) on a CPU that has more. It and its tests run last, on
-# oneDNN's AVX2 path only (its bfloat16 runs take another path there).
+# (MKL_CBWR) and the instructions oneDNN may use (ONEDNN_MAX_CPU_ISA: in eager mode oneDNN
+# computes exact GELU and, with AVX-512, the bfloat16 matrix products) all change the last bits
+# of a result; on an x86-64 CPU each of the first two paths below changes the digits of a
+# trained model (on an ARM CPU, which has no MKL, they have no effect). On an AMD CPU under
+# Linux a third path puts MKL on the code path it takes on an Intel CPU with the same
+# instructions (tools/mkl_as_on_intel.c, built with $(CC), preloaded); it changes those digits
+# too. The run stops first if MKL did not take that path. The distributed chapter is left out of
+# those: its torch.compile cells make TorchInductor generate C++ for the ISA that
+# ATEN_CPU_CAPABILITY names, which under those overrides does not compile (default) or gives nan
+# (avx2) on a CPU that has more. It and its tests run last, on oneDNN's AVX2 path only: there
+# its GELU and bfloat16 matrix products run on other kernels.
 MKL_AS_ON_INTEL = $(abspath $(VENV)/lib/mkl_as_on_intel.so)
 ON_AMD := $(shell grep -qsm1 AuthenticAMD /proc/cpuinfo && echo yes)
 ROUNDING_PATHS ?= ATEN_CPU_CAPABILITY=avx2,MKL_CBWR=COMPATIBLE,ONEDNN_MAX_CPU_ISA=AVX2 \
@@ -159,7 +160,7 @@ endif
 	    -p no:cacheprovider --ignore=book/part3/distributed.ipynb book $(NBVAL); \
 	done
 	@echo "== the distributed chapter and its tests under ONEDNN_MAX_CPU_ISA=AVX2"
-	ONEDNN_MAX_CPU_ISA=AVX2 $(TEST_ENV) $(BIN)/python -m pytest $(PARALLEL) -p no:cacheprovider \
+	@ONEDNN_MAX_CPU_ISA=AVX2 $(TEST_ENV) $(BIN)/python -m pytest $(PARALLEL) -p no:cacheprovider \
 	  book/part3/distributed.ipynb tests/test_distributed.py $(NBVAL)
 
 # Re-run one notebook and compare with its committed outputs: make nbval NB=book/part1/x.ipynb
