@@ -6,7 +6,8 @@ Defined in chapter 9, "The cost of attention and fast generation".
 ``peak_tensor_bytes`` (a deterministic count of the bytes of tensors alive at once during a
 call), ``allocator_peak_bytes`` (the same peak seen by PyTorch's CPU allocator, scratch space
 inside fused kernels included), ``profile_ops`` (``torch.profiler``'s per-operator table,
-without its log lines) and ``loglog_slope`` (the exponent of a power law). Chapter 12, "Training
+without its log lines), ``operator_calls`` (how many operator calls a call makes, from Python and
+in all) and ``loglog_slope`` (the exponent of a power law). Chapter 12, "Training
 on more than one device", adds ``interleaved_median_times`` (several functions timed in
 alternating rounds, so that a change of machine load hits them alike) and ``AllocatorTrace``
 (the allocator's bytes in use at chosen moments of a call, and their peak).
@@ -24,6 +25,7 @@ import tempfile
 import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -97,6 +99,39 @@ def profile_ops(fn: Callable[[], Any], *, quiet: bool = True) -> EventList:
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             fn()
     return prof.key_averages()
+
+
+@dataclass(frozen=True)
+class OperatorCalls:
+    """How many PyTorch operators (``aten::...``) a call ran; see :func:`operator_calls`."""
+
+    direct: int  # called from Python, not from inside another operator
+    total: int  # the direct calls and the operators they called in turn
+
+
+def operator_calls(fn: Callable[[], Any]) -> OperatorCalls:
+    """Run ``fn()`` once under ``torch.profiler`` and count its PyTorch operator calls.
+
+    ``direct`` counts the calls made from Python (or from autograd's backward functions), not
+    from inside another operator: it depends only on the code and the PyTorch version. ``total``
+    adds the operators those call in turn (views, reshapes, copies), which can depend on the
+    platform: a matrix product, for one, may first copy an input into the layout that the
+    machine's BLAS library takes (seen on arm64, not on x86-64).
+    """
+    with _silenced_stderr():
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            fn()
+
+    def inside_an_operator(event: Any) -> bool:
+        parent = event.cpu_parent
+        while parent is not None:
+            if parent.name.startswith("aten::"):
+                return True
+            parent = parent.cpu_parent
+        return False
+
+    ops = [e for e in prof.events() if e.name.startswith("aten::")]
+    return OperatorCalls(direct=sum(not inside_an_operator(e) for e in ops), total=len(ops))
 
 
 class TensorMemoryTracker(TorchDispatchMode):

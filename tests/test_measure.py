@@ -14,6 +14,7 @@ from helpers.measure import (
     allocator_peak_bytes,
     loglog_slope,
     median_time,
+    operator_calls,
     peak_tensor_bytes,
     profile_ops,
 )
@@ -62,6 +63,21 @@ def test_profile_ops_reports_the_matmul_and_prints_nothing(
     self_time = {e.key: e.self_cpu_time_total for e in ops}
     assert "aten::mm" in self_time and self_time["aten::mm"] > 0
     assert max(self_time, key=self_time.get) == "aten::mm"
+    out, err = capfd.readouterr()
+    assert out == "" and "profiler_start" not in err
+
+
+def test_operator_calls_counts_calls_from_python_and_nested_ones(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    a, b = torch.randn(8, 16), torch.randn(16, 4)
+    matmul = operator_calls(lambda: a @ b)
+    assert matmul.direct == 1  # aten::matmul, called from Python ...
+    assert matmul.total > matmul.direct  # ... calls aten::mm inside
+    three = operator_calls(lambda: (a.exp() + 1).sum())  # exp, add, sum: three from Python
+    assert three.direct == 3 and three.total >= 3
+    loop = operator_calls(lambda: [a @ b for _ in range(5)])
+    assert loop.direct == 5 * matmul.direct and loop.total == 5 * matmul.total
     out, err = capfd.readouterr()
     assert out == "" and "profiler_start" not in err
 
