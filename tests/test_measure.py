@@ -78,6 +78,15 @@ def test_operator_calls_counts_calls_from_python_and_nested_ones(
     assert three.direct == 3 and three.total >= 3
     loop = operator_calls(lambda: [a @ b for _ in range(5)])
     assert loop.direct == 5 * matmul.direct and loop.total == 5 * matmul.total
+
+    def labelled() -> torch.Tensor:
+        with torch.profiler.record_function("a block"):  # a parent that is not an operator
+            return a @ b
+
+    assert operator_calls(labelled).direct == 1
+    w = torch.randn(16, 4, requires_grad=True)
+    backward = operator_calls(lambda: torch.autograd.grad((a @ w).sum(), w))
+    assert backward.direct > 3  # the backward pass's own calls count too
     out, err = capfd.readouterr()
     assert out == "" and "profiler_start" not in err
 
