@@ -95,10 +95,15 @@ def profile_ops(fn: Callable[[], Any], *, quiet: bool = True) -> EventList:
     profiler's own C++ log lines (timestamped ``profiler_start``/``profiler_stop`` messages that
     some PyTorch builds print to stderr) are discarded.
     """
+    return _profiled(fn, quiet=quiet).key_averages()
+
+
+def _profiled(fn: Callable[[], Any], *, quiet: bool = True) -> profile:
+    """Run ``fn()`` once under ``torch.profiler`` (CPU activity); return the finished profile."""
     with _silenced_stderr() if quiet else contextlib.nullcontext():
         with profile(activities=[ProfilerActivity.CPU]) as prof:
             fn()
-    return prof.key_averages()
+    return prof
 
 
 @dataclass(frozen=True)
@@ -118,9 +123,7 @@ def operator_calls(fn: Callable[[], Any]) -> OperatorCalls:
     platform: a matrix product, for one, may first copy an input into the layout that the
     machine's BLAS library takes (seen on arm64, not on x86-64).
     """
-    with _silenced_stderr():
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
-            fn()
+    prof = _profiled(fn)
 
     def inside_an_operator(event: Any) -> bool:
         parent = event.cpu_parent
