@@ -7,6 +7,7 @@ make sure what nbval compares is really there.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -71,3 +72,34 @@ def test_notebook_names_its_kernel(path: Path) -> None:
     """Without a kernelspec, Jupyter asks the reader which kernel to use."""
     kernelspec = json.loads(path.read_text())["metadata"].get("kernelspec", {})
     assert kernelspec.get("name") == "python3", f"{path.name}: kernelspec {kernelspec}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_solutions_are_folded_in_jupyter(path: Path) -> None:
+    """In JupyterLab a reader meets the exercises first: the solutions follow them under a
+    `## Solutions` heading of its own, which JupyterLab folds, and the code of every solution
+    is hidden (the HTML book puts each solution in a closed dropdown)."""
+    cells = json.loads(path.read_text())["cells"]
+    sources = ["".join(c["source"]) for c in cells]
+    exercises = [n for n, s in enumerate(sources) if "```{exercise}" in s]
+    if not exercises:
+        return
+    headings = [n for n, s in enumerate(sources) if "## Solutions" in s]
+    assert len(headings) == 1, f"{path.name}: {len(headings)} cells with a Solutions heading"
+    heading = cells[headings[0]]
+    assert sources[headings[0]].strip() == "## Solutions", (
+        f"{path.name}: cell {headings[0]} holds more than the Solutions heading"
+    )
+    assert heading["metadata"].get("jp-MarkdownHeadingCollapsed") is True, (
+        f"{path.name}: the Solutions heading is not folded"
+    )
+    assert headings[0] > exercises[-1], f"{path.name}: an exercise after the solutions"
+    inside, shown = False, []
+    for n, (cell, source) in enumerate(zip(cells, sources, strict=True)):
+        if cell["cell_type"] == "markdown":
+            # a cell may end one solution and start the next
+            for directive in re.findall(r"\{solution-(start|end)\}", source):
+                inside = directive == "start"
+        elif inside and not cell["metadata"].get("jupyter", {}).get("source_hidden"):
+            shown.append(n)
+    assert shown == [], f"{path.name}: solution code cells not hidden: {shown}"
