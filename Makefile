@@ -31,8 +31,8 @@ endif
 NBVAL   = --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize.cfg \
           --nbval-cell-timeout=900
 # `make test` runs test files and notebooks on JOBS workers (pytest-xdist), a whole file per
-# worker, in the order conftest.py sets: the GPT chapter (the long training) first, then the
-# tests of the built book (built once), then the rest. One torch thread per worker: the workers
+# worker, in the order conftest.py sets: the GPT and modern chapters (their long trainings)
+# first, then the tests of the built book (built once), then the rest. One torch thread per worker: the workers
 # share the cores instead of oversubscribing them, and outputs stay reproducible.
 JOBS   ?= $(shell nproc 2>/dev/null || sysctl -n hw.ncpu 2>/dev/null || echo 2)
 PARALLEL = -n $(JOBS) --dist loadfile --no-loadscope-reorder --durations=25
@@ -97,6 +97,9 @@ book: install
 # The browser tests drive Debian's chromium; install it when it is missing.
 chromium:
 	@command -v chromium >/dev/null 2>&1 || { \
+	  command -v apt-get >/dev/null 2>&1 || { echo "error: no chromium on PATH and no apt-get" \
+	    "to install it: install Chromium and put it on PATH as chromium (see README)." >&2; \
+	    exit 1; }; \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq chromium; }
 
@@ -174,6 +177,8 @@ execute: install
 
 # Retrain chapter 8's model and replace the checkpoint the book ships,
 # book/explorer/gpt_shakespeare.js (reading the chapter writes its copy to the cache folder).
+# Then run tools/export_previous_token_head.py and re-execute the chapters that read the model
+# (README, "Running the notebooks yourself", lists them).
 model: install
 	GPT_EXPORT=$(CURDIR)/book/explorer/gpt_shakespeare.js IPYTHONDIR=$(CURDIR)/tests/ipython \
 	  $(BIN)/jupyter nbconvert --to notebook --execute --output-dir $(CURDIR)/_build/model \
@@ -188,12 +193,15 @@ diagrams: install
 lab: install
 	$(BIN)/jupyter lab $(LAB_ROOT) book/
 
-# Refresh constraints.txt (the exact versions of every package) from requirements.txt alone, in
-# a throw-away environment; review the diff, run `make test`, and commit it.
+# Refresh constraints.txt (the exact versions of every package) from requirements-test.txt
+# (which includes requirements.txt), in a throw-away environment, PyTorch first as `make install`
+# installs it (on Linux the CPU build, so no CUDA package is pinned); review the diff, run
+# `make test`, and commit it.
 lock: check-python
 	rm -rf .lock-venv
 	$(PYTHON) -m venv .lock-venv
 	.lock-venv/bin/python -m pip install --quiet --upgrade pip
+	.lock-venv/bin/python -m pip install --quiet $(TORCH_INSTALL)
 	.lock-venv/bin/python -m pip install --quiet -r requirements-test.txt
 	$(PYTHON) tools/write_constraints.py .lock-venv > constraints.txt
 	rm -rf .lock-venv

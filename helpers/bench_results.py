@@ -18,10 +18,9 @@ import statistics
 import urllib.request
 from pathlib import Path
 
-RESULTS_URL = (
-    "https://raw.githubusercontent.com/attention-from-scratch/attention-from-scratch/"
-    "main/bench/results.json"
-)
+from helpers import raw_file_url
+
+RESULTS_URL = raw_file_url("bench/results.json")
 
 
 def find_results(start: str | Path | None = None) -> Path | None:

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from helpers import raw_file_url
 from helpers.data import _fetch, default_cache_dir
 from helpers.model import GPT, SIZE_FIELDS, GPTConfig
 from helpers.tokenizer import CharTokenizer
@@ -46,10 +47,7 @@ _CONFIG_FIELDS = SIZE_FIELDS
 # on the web, for a notebook that runs without the book's files (Colab, a pip install).
 SHIPPED_NAME = "gpt_shakespeare.js"
 SHIPPED_PATH = Path("book") / "explorer" / SHIPPED_NAME
-SHIPPED_URL = (
-    "https://raw.githubusercontent.com/attention-from-scratch/attention-from-scratch/main/"
-    + SHIPPED_PATH.as_posix()
-)
+SHIPPED_URL = raw_file_url(SHIPPED_PATH.as_posix())
 _PACKAGE_DIR = Path(__file__).resolve().parent
 
 

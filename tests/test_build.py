@@ -5,7 +5,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 import yaml
+
+import helpers
+from helpers.bench_results import RESULTS_URL
+from helpers.export import SHIPPED_URL
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,3 +57,17 @@ def test_citation_names_the_configured_repository() -> None:
     url = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
     citation = yaml.safe_load((ROOT / "CITATION.cff").read_text())
     assert citation["repository-code"] == url, "CITATION.cff and _config.yml name different URLs"
+
+
+def test_helpers_download_from_the_configured_repository() -> None:
+    """Outside a checkout (Colab), helpers download the shipped model and the benchmark results
+    from the repository that _config.yml names."""
+    url = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
+    assert helpers.REPOSITORY_URL == url, "helpers/__init__.py and _config.yml name different URLs"
+    owner_and_name = url.removeprefix("https://github.com/")
+    raw = f"https://raw.githubusercontent.com/{owner_and_name}/main/"
+    assert SHIPPED_URL == raw + "book/explorer/gpt_shakespeare.js"
+    assert RESULTS_URL == raw + "bench/results.json"
+    for bad in ("", "/bench/results.json"):
+        with pytest.raises(ValueError):
+            helpers.raw_file_url(bad)
