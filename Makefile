@@ -32,8 +32,9 @@ NBVAL   = --nbval --nbval-current-env --nbval-sanitize-with tests/nbval_sanitize
           --nbval-cell-timeout=900
 # `make test` runs test files and notebooks on JOBS workers (pytest-xdist), a whole file per
 # worker, in the order conftest.py sets: the GPT and modern chapters (their long trainings)
-# first, then the tests of the built book (built once), then the rest. One torch thread per worker: the workers
-# share the cores instead of oversubscribing them, and outputs stay reproducible.
+# first, then the tests of the built book (built once), then the rest. One torch thread per
+# worker: the workers share the cores instead of oversubscribing them, and outputs stay
+# reproducible.
 JOBS   ?= $(shell nproc 2>/dev/null || sysctl -n hw.ncpu 2>/dev/null || echo 2)
 PARALLEL = -n $(JOBS) --dist loadfile --no-loadscope-reorder --durations=25
 # JupyterLab refuses to start as root (containers, cloud machines) unless told to.
@@ -201,7 +202,7 @@ lock: check-python
 	rm -rf .lock-venv
 	$(PYTHON) -m venv .lock-venv
 	.lock-venv/bin/python -m pip install --quiet --upgrade pip
-	.lock-venv/bin/python -m pip install --quiet $(TORCH_INSTALL)
+	.lock-venv/bin/python -m pip install --quiet --retries 1 --no-deps $(TORCH_INSTALL)
 	.lock-venv/bin/python -m pip install --quiet -r requirements-test.txt
 	$(PYTHON) tools/write_constraints.py .lock-venv > constraints.txt
 	rm -rf .lock-venv

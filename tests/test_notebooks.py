@@ -74,26 +74,35 @@ def test_notebook_names_its_kernel(path: Path) -> None:
     assert kernelspec.get("name") == "python3", f"{path.name}: kernelspec {kernelspec}"
 
 
+SOLUTIONS_HEADING = re.compile(r"(\([\w-]+\)=\n)?## Solutions")  # a MyST label may come first
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_solutions_are_folded_in_jupyter(path: Path) -> None:
     """In JupyterLab a reader meets the exercises first: the solutions follow them under a
-    `## Solutions` heading of its own, which JupyterLab folds, and the code of every solution
-    is hidden (the HTML book puts each solution in a closed dropdown)."""
+    `## Solutions` heading of its own, which JupyterLab folds down to the next heading of its
+    level or above (so none follows), and the code of every solution is hidden (the HTML book
+    puts each solution in a closed dropdown)."""
     cells = json.loads(path.read_text())["cells"]
     sources = ["".join(c["source"]) for c in cells]
-    exercises = [n for n, s in enumerate(sources) if "```{exercise}" in s]
+    markdown = [n for n, c in enumerate(cells) if c["cell_type"] == "markdown"]
+    exercises = [n for n in markdown if re.search(r"\{exercise(-start)?\}", sources[n])]
     if not exercises:
         return
-    headings = [n for n, s in enumerate(sources) if "## Solutions" in s]
+    headings = [n for n in markdown if "## Solutions" in sources[n]]
     assert len(headings) == 1, f"{path.name}: {len(headings)} cells with a Solutions heading"
-    heading = cells[headings[0]]
-    assert sources[headings[0]].strip() == "## Solutions", (
-        f"{path.name}: cell {headings[0]} holds more than the Solutions heading"
+    (heading,) = headings
+    assert SOLUTIONS_HEADING.fullmatch(sources[heading].strip()), (
+        f"{path.name}: cell {heading} holds more than the Solutions heading"
     )
-    assert heading["metadata"].get("jp-MarkdownHeadingCollapsed") is True, (
+    assert cells[heading]["metadata"].get("jp-MarkdownHeadingCollapsed") is True, (
         f"{path.name}: the Solutions heading is not folded"
     )
-    assert headings[0] > exercises[-1], f"{path.name}: an exercise after the solutions"
+    assert heading > exercises[-1], f"{path.name}: an exercise after the solutions"
+    starts = [n for n in markdown if "{solution-start}" in sources[n]]
+    assert starts and min(starts) > heading, f"{path.name}: a solution before the Solutions heading"
+    after = [n for n in markdown if n > heading and re.search(r"^#{1,2} ", sources[n], re.M)]
+    assert after == [], f"{path.name}: headings after the Solutions end the fold: cells {after}"
     inside, shown = False, []
     for n, (cell, source) in enumerate(zip(cells, sources, strict=True)):
         if cell["cell_type"] == "markdown":
