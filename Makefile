@@ -3,7 +3,7 @@
 #                  _build/html (open _build/html/index.html)
 #   make test   -> adds the test toolchain (requirements-test.txt) and runs every test: lint,
 #                  helper unit tests, strict build, browser checks, nbval, on every core
-# Faster loops: make test-unit (about 80 s on 2 cores), make test-book, make test-notebooks,
+# Faster loops: make test-unit (under 2 minutes on 2 cores), make test-book, make test-notebooks,
 # make nbval NB=book/part1/averaging.ipynb (one notebook), make test-rounding (the notebooks under
 # other CPUs' rounding, before a change to a notebook lands). `make lab` opens the notebooks.
 
