@@ -45,6 +45,16 @@ def test_every_notebook_is_in_the_toc() -> None:
     assert notebooks - listed == set(), "notebooks missing from _toc.yml"
 
 
+def test_readme_lists_every_chapter_in_the_toc_order() -> None:
+    """The README's chapter table is kept by hand: it names every page of _toc.yml (but the
+    introduction and the references), in the same order."""
+    table = re.findall(
+        r"^\|.*\| `(book/[\w/]+)\.(?:ipynb|md)` \|$", (ROOT / "README.md").read_text(), re.M
+    )
+    pages = [f for f in toc_files() if f not in ("book/intro", "book/references")]
+    assert table == pages, "README.md's chapter table and _toc.yml differ"
+
+
 def test_offline_mathjax_is_bundled(book_build) -> None:
     assert (book_build.html_dir / "_static" / "mathjax" / "tex-chtml.js").is_file()
     page = (book_build.html_dir / "book" / "intro.html").read_text()
