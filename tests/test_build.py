@@ -13,6 +13,7 @@ from helpers.bench_results import RESULTS_URL
 from helpers.export import SHIPPED_URL
 
 ROOT = Path(__file__).resolve().parents[1]
+REPOSITORY_URL = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
 
 
 def toc_files() -> list[str]:
@@ -64,17 +65,19 @@ def test_offline_mathjax_is_bundled(book_build) -> None:
 
 def test_citation_names_the_configured_repository() -> None:
     """The repository URL is written once, in _config.yml; CITATION.cff must agree with it."""
-    url = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
     citation = yaml.safe_load((ROOT / "CITATION.cff").read_text())
-    assert citation["repository-code"] == url, "CITATION.cff and _config.yml name different URLs"
+    assert citation["repository-code"] == REPOSITORY_URL, (
+        "CITATION.cff and _config.yml name different URLs"
+    )
 
 
 def test_helpers_download_from_the_configured_repository() -> None:
     """Outside a checkout (Colab), helpers download the shipped model and the benchmark results
     from the repository that _config.yml names."""
-    url = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
-    assert helpers.REPOSITORY_URL == url, "helpers/__init__.py and _config.yml name different URLs"
-    owner_and_name = url.removeprefix("https://github.com/")
+    assert helpers.REPOSITORY_URL == REPOSITORY_URL, (
+        "helpers/__init__.py and _config.yml name different URLs"
+    )
+    owner_and_name = REPOSITORY_URL.removeprefix("https://github.com/")
     raw = f"https://raw.githubusercontent.com/{owner_and_name}/main/"
     assert SHIPPED_URL == raw + "book/explorer/gpt_shakespeare.js"
     assert RESULTS_URL == raw + "bench/results.json"
