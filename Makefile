@@ -143,7 +143,10 @@ test-notebooks: install-test
 # those: its torch.compile cells make TorchInductor generate C++ for the ISA that
 # ATEN_CPU_CAPABILITY names, which under those overrides does not compile (default) or gives nan
 # (avx2) on a CPU that has more. It and its tests run last, on oneDNN's AVX2 path only: there
-# its GELU and bfloat16 matrix products run on other kernels.
+# its GELU and bfloat16 matrix products run on other kernels. These paths are slower than the
+# default one (MKL_CBWR=COMPATIBLE took the GPT chapter's training from 420 s to over 900 s on a
+# 2-core Intel Xeon), so a cell may run for up to 40 minutes here.
+ROUNDING_NBVAL = $(NBVAL) --nbval-cell-timeout=2400
 MKL_AS_ON_INTEL = $(abspath $(VENV)/lib/mkl_as_on_intel.so)
 ON_AMD := $(shell grep -qsm1 AuthenticAMD /proc/cpuinfo && echo yes)
 ROUNDING_PATHS ?= ATEN_CPU_CAPABILITY=avx2,MKL_CBWR=COMPATIBLE,ONEDNN_MAX_CPU_ISA=AVX2 \
@@ -161,11 +164,11 @@ endif
 	@set -e; for path in $(ROUNDING_PATHS); do \
 	  echo "== notebooks under $$path"; \
 	  env $$(echo $$path | tr , ' ') $(TEST_ENV) $(BIN)/python -m pytest $(PARALLEL) \
-	    -p no:cacheprovider --ignore=book/part3/distributed.ipynb book $(NBVAL); \
+	    -p no:cacheprovider --ignore=book/part3/distributed.ipynb book $(ROUNDING_NBVAL); \
 	done
 	@echo "== the distributed chapter and its tests under ONEDNN_MAX_CPU_ISA=AVX2"
 	@ONEDNN_MAX_CPU_ISA=AVX2 $(TEST_ENV) $(BIN)/python -m pytest $(PARALLEL) -p no:cacheprovider \
-	  book/part3/distributed.ipynb tests/test_distributed.py $(NBVAL)
+	  book/part3/distributed.ipynb tests/test_distributed.py $(ROUNDING_NBVAL)
 
 # Re-run one notebook and compare with its committed outputs: make nbval NB=book/part1/x.ipynb
 nbval: install-test
