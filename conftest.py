@@ -32,9 +32,9 @@ os.environ.setdefault("IPYTHONDIR", str(Path(__file__).parent / "tests" / "ipyth
 
 ROOT = Path(__file__).parent
 # The notebooks whose re-execution takes longest, handed out first, one to each worker: the GPT
-# chapter (its ablation and training, about 6 minutes on one thread) and the modern chapter
-# (its ablation, about 3). Handed out late, the second one would start on whichever worker is
-# free and finish minutes after everything else.
+# chapter (its ablation and training, 6 to 9 minutes on one thread of the AMD and the Intel
+# test machines) and the modern chapter (its ablation, 3 to 4). Handed out late, the second one
+# would start on whichever worker is free and finish minutes after everything else.
 LONGEST_FIRST = (ROOT / "book" / "part2" / "gpt.ipynb", ROOT / "book" / "part3" / "modern.ipynb")
 BUILT_BOOK_FILES = ("test_build", "test_browser")  # file-name prefixes
 
