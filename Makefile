@@ -140,15 +140,15 @@ test-notebooks: install-test
 # Linux a third path puts MKL on the code path it takes on an Intel CPU with the same
 # instructions (tools/mkl_as_on_intel.c, built with $(CC), preloaded); it changes those digits
 # too. The run stops first if MKL did not take that path. On an Intel CPU with AVX-512 the third
-# path keeps MKL to its AVX2 kernels (MKL_ENABLE_INSTRUCTIONS=AVX2), which also changes them:
-# a toy model's final loss 0.4096 by default, 0.4193 there, 0.4178 on the first two paths'
-# scalar kernels. The distributed chapter is left out of
-# those: its torch.compile cells make TorchInductor generate C++ for the ISA that
-# ATEN_CPU_CAPABILITY names, which under those overrides does not compile (default) or gives nan
-# (avx2) on a CPU that has more. It and its tests run last, on oneDNN's AVX2 path only: there
-# its GELU and bfloat16 matrix products run on other kernels. These paths are slower than the
-# default one (MKL_CBWR=COMPATIBLE took the GPT chapter's training from 420 s to over 900 s on a
-# 2-core Intel Xeon), so a cell may run for up to 40 minutes here.
+# path keeps MKL to its AVX2 kernels (MKL_ENABLE_INSTRUCTIONS=AVX2), which also changes them: a
+# toy model's final loss is 0.4096 by default, 0.4193 there, 0.4559 under the first path and
+# 0.4178 under the second. The distributed chapter is left out of those: its torch.compile cells
+# make TorchInductor generate C++ for the ISA that ATEN_CPU_CAPABILITY names, which under those
+# overrides does not compile (default) or gives nan (avx2) on a CPU that has more. It and its
+# tests run last, on oneDNN's AVX2 path only: there its GELU and bfloat16 matrix products run on
+# other kernels. These paths are slower than the default one (MKL_CBWR=COMPATIBLE took the GPT
+# chapter's training from 420 s to over 900 s on a 2-core Intel Xeon), so a cell may run for up
+# to 40 minutes here.
 ROUNDING_NBVAL = $(NBVAL) --nbval-cell-timeout=2400
 MKL_AS_ON_INTEL = $(abspath $(VENV)/lib/mkl_as_on_intel.so)
 ON_AMD := $(shell grep -qsm1 AuthenticAMD /proc/cpuinfo && echo yes)
