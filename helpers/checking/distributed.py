@@ -15,8 +15,9 @@ gradient is bfloat16). The parameters are handed over as a one-pass iterator, as
 ``model.parameters()`` is, and each rank allocates a different amount of memory before building
 its model, so that an order taken from memory addresses (a ``set`` of parameters, ``sorted(...,
 key=id)``) differs between ranks, as it can between real processes. Ranks compare those orders
-before the call and give their parameters new objects until every rank's orders differ, so such
-an answer fails every time rather than when the addresses happen to line up.
+(of the parameters that have a gradient, the ones a function reduces) before the call and give
+their parameters new objects until every rank's orders differ, so such an answer fails every
+time rather than when the addresses happen to line up.
 """
 
 from __future__ import annotations
@@ -95,11 +96,13 @@ def _model() -> nn.Module:
 
 
 def _address_orders(model: nn.Module) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The parameter names in the orders a ``set`` and ``sorted(key=id)`` would give."""
-    names = {id(p): name for name, p in model.named_parameters()}
+    """The names of the parameters that have a gradient, in the orders a ``set`` and
+    ``sorted(key=id)`` would give. Only those count: a function skips the others, so two ranks
+    whose orders differ only in where a parameter without a gradient sits reduce alike."""
+    names = {id(p): name for name, p in model.named_parameters() if p.grad is not None}
     return (
-        tuple(names[id(p)] for p in set(model.parameters())),
-        tuple(names[id(p)] for p in sorted(model.parameters(), key=id)),
+        tuple(names[id(p)] for p in set(model.parameters()) if id(p) in names),
+        tuple(names[id(p)] for p in sorted(model.parameters(), key=id) if id(p) in names),
     )
 
 
