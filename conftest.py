@@ -32,8 +32,8 @@ os.environ.setdefault("IPYTHONDIR", str(Path(__file__).parent / "tests" / "ipyth
 
 ROOT = Path(__file__).parent
 # The notebooks whose re-execution takes longest, handed out first, one to each worker: the GPT
-# chapter (its ablation and training, 6 to 10 minutes on one thread of the AMD and the Intel
-# test machines) and the modern chapter (its ablation, 3 to 5). Handed out late, the second one
+# chapter (its ablation and training, 6 to 12 minutes on one thread of the AMD and the Intel
+# test machines) and the modern chapter (its ablation, 3 to 6). Handed out late, the second one
 # would start on whichever worker is free and finish minutes after everything else.
 LONGEST_FIRST = (ROOT / "book" / "part2" / "gpt.ipynb", ROOT / "book" / "part3" / "modern.ipynb")
 BUILT_BOOK_FILES = ("test_build", "test_browser")  # file-name prefixes
