@@ -336,3 +336,14 @@ def test_a_function_that_never_returns_is_stopped(monkeypatch, capsys) -> None:
     assert result.report.startswith("Your function did not finish in time.")
     assert "did not finish within 3 s" in result.report
     capsys.readouterr()
+
+
+def test_address_orders_count_only_parameters_with_a_gradient() -> None:
+    # A reader's all-reduce skips parameters without a gradient; ranks whose orders differ only
+    # in where those sit reduce alike, so the checker must not count them as different orders.
+    model = checker_module._model()
+    model(torch.randn(4, 5)).pow(2).mean().backward()
+    with_grad = {name for name, p in model.named_parameters() if p.grad is not None}
+    assert with_grad and len(with_grad) < len(list(model.parameters()))
+    for order in checker_module._address_orders(model):
+        assert sorted(order) == sorted(with_grad)
