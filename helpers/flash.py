@@ -10,7 +10,9 @@ keys, as three numbers per row:
 * ``acc``: the sum of ``exp(score - m) * value`` over those keys (a vector of ``head_size``).
 
 ``merge_partials`` combines two partial results over disjoint sets of keys into the partial
-result over their union (the *online softmax* of Milakov and Gimelshein, 2018);
+result over their union: the *online softmax* of Milakov and Gimelshein (2018) for ``m`` and
+``l``, carried over to ``acc`` as memory-efficient attention (Rabe and Staats, 2021) and
+FlashAttention (Dao et al., 2022) do;
 ``finish_partial`` turns a partial result into the attention output ``acc / l`` and the
 log-sum-exp ``m + log l``. ``flash_attention_forward`` walks over tiles of queries and keys in
 plain PyTorch and stores only the output and the log-sum-exp per query; ``FlashAttention``
