@@ -261,13 +261,17 @@ def previous_token_score(weights: torch.Tensor) -> torch.Tensor:
     return weights.diagonal(offset=-1, dim1=-2, dim2=-1).mean(dim=(0, 2))
 
 
-def prefix_matching_score(weights: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+def prefix_matching_score(
+    weights: torch.Tensor, tokens: torch.Tensor, queries: torch.Tensor | None = None
+) -> torch.Tensor:
     """Per head, how much attention goes to the tokens that followed earlier copies of the
     current token (Olsson et al.'s prefix matching).
 
     For query ``i``, the targets are the keys ``j + 1`` for every ``j < i`` with
     ``tokens[j] == tokens[i]``; its score is the total weight on them. The result averages over
     the queries that have at least one target (the others do not count) and over the batch.
+    ``queries``, a boolean ``(B, T)`` mask, keeps only the queries it marks (for example those
+    of the second copy, from :func:`copy_masks`).
     ``weights (B, H, T, T)``, ``tokens (B, T)`` -> ``(H,)``; ``nan`` if no query has a target.
     """
     _check_weights(weights)
@@ -280,6 +284,10 @@ def prefix_matching_score(weights: torch.Tensor, tokens: torch.Tensor) -> torch.
     target = torch.zeros_like(match)
     target[:, :, 1:] = match[:, :, :-1]  # key j + 1 is a target of query i
     has = target.any(dim=-1)  # (B, T): queries with a target
+    if queries is not None:
+        if queries.shape != (B, T) or queries.dtype != torch.bool:
+            raise ValueError(f"expected a boolean queries mask of shape ({B}, {T})")
+        has = has & queries
     per_query = (weights * target[:, None].to(weights.dtype)).sum(dim=-1)  # (B, H, T)
     n = has.sum()
     if n == 0:

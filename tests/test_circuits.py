@@ -101,6 +101,23 @@ def test_prefix_matching_counts_every_earlier_copy() -> None:
     assert_close(prefix_matching_score(w, tokens), torch.tensor([(0.75 + 0.4) / 2]))
 
 
+def test_prefix_matching_keeps_only_the_queries_asked_for() -> None:
+    tokens = torch.tensor([[1, 2, 1, 3, 1]])  # queries 2 and 4 have targets (see above)
+    w = torch.zeros(1, 1, 5, 5)
+    w[0, 0, :, 0] = 1.0
+    w[0, 0, 4] = torch.tensor([0.0, 0.25, 0.0, 0.5, 0.25])  # 0.75 on its targets
+    w[0, 0, 2] = torch.tensor([0.0, 0.4, 0.6, 0.0, 0.0])  # 0.4 on its target
+    only_4 = torch.tensor([[False, False, False, False, True]])
+    assert_close(prefix_matching_score(w, tokens, queries=only_4), torch.tensor([0.75]))
+    assert_close(prefix_matching_score(w, tokens, queries=~only_4), torch.tensor([0.4]))
+    none_with_a_target = torch.tensor([[True, True, False, True, False]])
+    assert math.isnan(prefix_matching_score(w, tokens, queries=none_with_a_target)[0])
+    with pytest.raises(ValueError, match="boolean queries mask"):
+        prefix_matching_score(w, tokens, queries=only_4.int())
+    with pytest.raises(ValueError, match="boolean queries mask"):
+        prefix_matching_score(w, tokens, queries=only_4[:, :4])
+
+
 @pytest.mark.parametrize("kind", ["mha", "gpt"])
 def test_ablate_head_removes_exactly_one_head_and_restores(kind: str) -> None:
     torch.manual_seed(1)
