@@ -215,6 +215,13 @@ ATTENTION_WRONG = {
         lambda q, k, v: _attention(q, k, v, scale=1 / math.sqrt(32), fill=-math.inf, dim=-1),
         "matches_torch",
     ),
+    # Scales by the values' size d_v: the same as d_k in every case but one.
+    "scales_by_sqrt_d_v": (
+        lambda q, k, v: _attention(
+            q, k, v, scale=1 / math.sqrt(v.shape[-1]), fill=-math.inf, dim=-1
+        ),
+        "matches_torch",
+    ),
     # Returns (output, weights) as the book's helper does.
     "returns_tuple": (
         lambda q, k, v: scaled_dot_product_attention(q, k, v, is_causal=True),

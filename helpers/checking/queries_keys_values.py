@@ -74,18 +74,19 @@ def check_causal_attention(
 ) -> CheckResult:
     """Check the reader's causal attention (chapter 3, "Queries, keys and values").
 
-    The reader writes ``fn(q, k, v)``: ``q``, ``k``, ``v`` are ``(B, T, head_size)`` tensors; it
-    returns the ``(B, T, head_size)`` output of causal scaled dot-product attention,
-    ``softmax(mask(q @ k^T / sqrt(head_size))) @ v``, which is what
+    The reader writes ``fn(q, k, v)``: ``q`` and ``k`` are ``(B, T, d_k)`` tensors, ``v`` a
+    ``(B, T, d_v)`` one; it returns the ``(B, T, d_v)`` output of causal scaled dot-product
+    attention, ``softmax(mask(q @ k^T / sqrt(d_k))) @ v``, which is what
     ``F.scaled_dot_product_attention(q, k, v, is_causal=True)`` computes.
 
-    Properties: the output has shape ``(B, T, head_size)`` (also for ``T = 1`` and for
+    Properties: the output has shape ``(B, T, d_v)`` (also for ``T = 1`` and for
     non-contiguous inputs); every query's weights sum to 1 (identical values come back
     unchanged); the output at ``t`` does not change when the tokens after ``t`` change; the
     result equals PyTorch's, also for float64 inputs (to float64 precision) and bfloat16 ones,
-    in the input's dtype, and when every score is about -1e10 (a finite fill value such as -1e9
-    would outweigh the visible keys). A function that calls ``F.scaled_dot_product_attention``
-    is accepted, with a note that this is not the exercise.
+    in the input's dtype, for values of another size than the keys, and when every score is
+    about -1e10 (a finite fill value such as -1e9 would outweigh the visible keys). A function
+    that calls ``F.scaled_dot_product_attention`` is accepted, with a note that this is not the
+    exercise.
     """
     # Each property has its own inputs (no (shape, seed) pair shared), T up to 40, beyond the
     # chapter's sizes; "large" inputs give scores of a few hundred, where exp overflows float32.
@@ -99,6 +100,7 @@ def check_causal_attention(
             ((1, 1, 4), 22, 2.0, "bfloat16"),
             ((3, 7, 16), 23, 2.0, "below -1e9"),
             ((2, 6, 8), 24, 8.0, ""),
+            ((2, 6, 16), 26, 2.0, "d_v 5"),
             ((4, 40, 32), 25, 2.0, ""),
         ],
     }
@@ -110,12 +112,16 @@ def check_causal_attention(
         q, k, v = x[0] * scale, x[1] * scale, x[2]  # larger q, k: the scaling matters
         if kind == "below -1e9":  # every score about -1e10, on every rounding path
             q, k = _far_below_scores(size[:-2], size[-2], size[-1], seed)
-        return tuple(_variant(t, "" if kind == "below -1e9" else kind) for t in (q, k, v))
+        if kind == "d_v 5":  # values of their own size: the scale must come from q, not v
+            v = _randn(*size[:-1], 5, seed=seed + 100)
+        plain = kind in ("below -1e9", "d_v 5")
+        return tuple(_variant(t, "" if plain else kind) for t in (q, k, v))
 
     def describe(size: tuple[int, ...], seed: int, scale: float, kind: str = "") -> str:
         large = ", q and k scaled by 8 (scores of a few hundred)" if scale > 2 else ""
         extra = {
             "below -1e9": f", {FAR_BELOW_TEXT}",
+            "d_v 5": ", except v of shape (2, 6, 5): values of size d_v = 5, keys of d_k = 16",
             "float64": ", float64",
             "bfloat16": ", bfloat16",
             "strided": ", non-contiguous (transposed views, as inside a model)",
@@ -126,7 +132,7 @@ def check_causal_attention(
         q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     ) -> list[tuple[str, Callable[[], torch.Tensor]]]:
         qd, kd, vd = q.double(), k.double(), v.double()
-        T, hs = q.shape[-2], q.shape[-1]
+        T, hs, d_v = q.shape[-2], q.shape[-1], v.shape[-1]
         future = torch.ones(T, T, dtype=torch.bool).triu(1)
         scores = qd @ kd.transpose(-2, -1) / math.sqrt(hs)
         weights = scores.masked_fill(future, -math.inf).softmax(dim=-1)
@@ -196,6 +202,15 @@ def check_causal_attention(
                 f"sqrt(head_size) = sqrt({hs}) instead.",
                 lambda: _causal_sdpa(q, k, v, is_causal=True, scale=1.0 / hs),
             ),
+            (
+                f"Your output matches dividing by sqrt(d_v) = sqrt({d_v}), the values' size: "
+                f"the scale belongs to the scores, sqrt(d_k) = sqrt(q.shape[-1]) = sqrt({hs}).",
+                lambda: (
+                    _causal_sdpa(q, k, v, is_causal=True, scale=1.0 / math.sqrt(d_v))
+                    if d_v != hs
+                    else None
+                ),
+            ),
         ]
 
     def shape(s: _Session) -> None:
@@ -254,7 +269,7 @@ def check_causal_attention(
                 for t in (q, k, v):
                     t.requires_grad_(grad)
                 out = s.call(fn, q, k, v, input=describe(size, seed, scale, kind))
-                out = _tensor_out(out, size, dtype=q.dtype)
+                out = _tensor_out(out, tuple(v.shape), dtype=q.dtype)
                 expected = _causal_sdpa(q, k, v, is_causal=True)
                 plain = [t.detach() for t in (q, k, v)]
                 _expect_close(
@@ -272,8 +287,8 @@ def check_causal_attention(
         [
             _Property(
                 "shape",
-                "output shape (B, T, head_size)",
-                "Return weights @ v, one tensor: (B, T, T) @ (B, T, head_size).",
+                "output shape (B, T, d_v)",
+                "Return weights @ v, one tensor: (B, T, T) @ (B, T, d_v).",
                 shape,
             ),
             _Property(
@@ -291,7 +306,7 @@ def check_causal_attention(
             _Property(
                 "matches_torch",
                 "equals F.scaled_dot_product_attention(is_causal=True)",
-                "scores = q @ k.transpose(-2, -1) / sqrt(head_size), masked, softmaxed, @ v.",
+                "scores = q @ k.transpose(-2, -1) / sqrt(d_k), masked, softmaxed, @ v.",
                 matches_torch,
             ),
         ],
