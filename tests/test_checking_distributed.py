@@ -118,6 +118,13 @@ def stub(params):
     raise NotImplementedError
 
 
+def never_waits(params):
+    for p in params:
+        if p.grad is not None:
+            dist.all_reduce(p.grad, async_op=True)  # the handle is dropped, never waited on
+            p.grad /= dist.get_world_size()
+
+
 WRONG = [
     (no_exchange, "mean", "exchange gradients"),
     (sum_only, "mean", "divide by dist.get_world_size()"),
@@ -129,6 +136,7 @@ WRONG = [
     (averages_weights, "mean", "your all_reduce calls reduced the weights"),
     (steps_too, "weights", "only the gradients are averaged"),
     (exits, "mean", "SystemExit"),
+    (never_waits, "mean", "call .wait() on each handle"),
 ]
 
 

@@ -59,6 +59,22 @@ _LONELY_COLLECTIVE = ("timed out", "timeout", "connection reset", "connection cl
 _COLLECTIVES = ("all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "barrier")
 
 
+class _Handle:
+    """The work handle of an ``async_op=True`` collective, noting whether ``wait()`` was
+    called on it; everything else goes to the handle itself."""
+
+    def __init__(self, work: Any) -> None:
+        self._work = work
+        self.waited = False
+
+    def wait(self, *args: Any, **kwargs: Any) -> Any:
+        self.waited = True
+        return self._work.wait(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._work, name)
+
+
 class _OnePass:
     """The parameters as ``model.parameters()`` gives them: an iterator that can be walked once.
     It remembers whether the reader's code asked for more after it was used up (a second
@@ -202,6 +218,7 @@ def _worker(fn: Callable[..., Any], rank: int, world: int, port: int, conn: Conn
             "weight": {p.untyped_storage().data_ptr() for p in model.parameters()},
         }
         reduced: list[str] = []
+        handles: list[_Handle] = []
 
         def recorded(name: str) -> Callable[..., Any]:
             def collective(*args: Any, **kwargs: Any) -> Any:
@@ -216,7 +233,11 @@ def _worker(fn: Callable[..., Any], rank: int, world: int, port: int, conn: Conn
                     shape = tuple(args[0].shape) if args and hasattr(args[0], "shape") else ()
                     calls.append(f"{name}{shape}")
                 conn.send({"call": calls[-1]})
-                return real[name](*args, **kwargs)
+                result = real[name](*args, **kwargs)
+                if kwargs.get("async_op") and result is not None:
+                    result = _Handle(result)
+                    handles.append(result)
+                return result
 
             return collective
 
@@ -236,6 +257,7 @@ def _worker(fn: Callable[..., Any], rank: int, world: int, port: int, conn: Conn
                 setattr(dist, name, real[name])
         out["calls"] = calls
         out["reduced"] = reduced
+        out["not_waited"] = sum(not h.waited for h in handles)
         out["reused"] = params.reused
         out["group_alive"] = dist.is_initialized()
         if "raised" not in out and "not_implemented" not in out:
@@ -456,6 +478,15 @@ def _verdict(ranks: list[dict[str, Any]], world: int) -> tuple[str, str, str] | 
             f"rank {raised[0]['rank']} waited in a collective that the other ranks never joined",
             "every rank must make the same collective calls, in the same order",
         )
+    for r in ranks:  # right or wrong by luck: the sum may or may not have arrived in time
+        if r.get("not_waited"):
+            return (
+                "mean",
+                f"rank {r['rank']} never called .wait() on {r['not_waited']} of the handles "
+                "that its async_op=True collectives returned",
+                "async_op=True returns a work handle at once, before the sum has arrived: "
+                "call .wait() on each handle before you divide or return",
+            )
     for r in ranks:
         if not r.get("group_alive", True):
             return (
