@@ -6,11 +6,11 @@ Defined in chapter 9, "The cost of attention and fast generation".
 ``peak_tensor_bytes`` (a deterministic count of the bytes of tensors alive at once during a
 call), ``allocator_peak_bytes`` (the same peak seen by PyTorch's CPU allocator, scratch space
 inside fused kernels included), ``profile_ops`` (``torch.profiler``'s per-operator table,
-without its log lines), ``operator_calls`` (how many operator calls a call makes, from Python and
-in all), ``loglog_slope`` (the exponent of a power law) and ``interleaved_median_times``
-(several functions timed in alternating rounds, so that a change of machine load hits them
-alike). Chapter 12, "Training on more than one device", adds ``AllocatorTrace`` (the
-allocator's bytes in use at chosen moments of a call, and their peak).
+without its log lines; first used in chapter 10), ``operator_calls`` (how many operator calls
+a call makes, from Python and in all), ``loglog_slope`` (the exponent of a power law) and
+``interleaved_median_times`` (several functions timed in alternating rounds, so that a change of
+machine load hits them alike). Chapter 12, "Training on more than one device", adds
+``AllocatorTrace`` (the allocator's bytes in use at chosen moments of a call, and their peak).
 """
 
 from __future__ import annotations

@@ -40,7 +40,15 @@ def asynchronous(params):
         g.div_(dist.get_world_size())
 
 
-@pytest.mark.parametrize("fn", [per_tensor, one_bucket, asynchronous])
+def through_futures(params):
+    grads = [p.grad for p in params if p.grad is not None]
+    works = [dist.all_reduce(g, async_op=True) for g in grads]
+    torch.futures.wait_all([w.get_future() for w in works])
+    for g in grads:
+        g.div_(dist.get_world_size())
+
+
+@pytest.mark.parametrize("fn", [per_tensor, one_bucket, asynchronous, through_futures])
 def test_accepts_right_answers(fn, capsys) -> None:
     result = check_average_gradients(fn)
     assert result, result.report
@@ -125,6 +133,13 @@ def never_waits(params):
             p.grad /= dist.get_world_size()
 
 
+def never_waits_positional(params):
+    for p in params:
+        if p.grad is not None:
+            dist.all_reduce(p.grad, dist.ReduceOp.SUM, None, True)  # async_op by position
+            p.grad /= dist.get_world_size()
+
+
 WRONG = [
     (no_exchange, "mean", "exchange gradients"),
     (sum_only, "mean", "divide by dist.get_world_size()"),
@@ -136,7 +151,8 @@ WRONG = [
     (averages_weights, "mean", "your all_reduce calls reduced the weights"),
     (steps_too, "weights", "only the gradients are averaged"),
     (exits, "mean", "SystemExit"),
-    (never_waits, "mean", "call .wait() on each handle"),
+    (never_waits, "mean", "call .wait() (or .get_future().wait()) on each handle"),
+    (never_waits_positional, "mean", "call .wait() (or .get_future().wait()) on each handle"),
 ]
 
 

@@ -23,6 +23,7 @@ time rather than when the addresses happen to line up.
 from __future__ import annotations
 
 import datetime
+import inspect
 import multiprocessing as mp
 import textwrap
 import time
@@ -70,6 +71,10 @@ class _Handle:
     def wait(self, *args: Any, **kwargs: Any) -> Any:
         self.waited = True
         return self._work.wait(*args, **kwargs)
+
+    def get_future(self) -> Any:  # waiting on the future waits on the work
+        self.waited = True
+        return self._work.get_future()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._work, name)
@@ -234,7 +239,11 @@ def _worker(fn: Callable[..., Any], rank: int, world: int, port: int, conn: Conn
                     calls.append(f"{name}{shape}")
                 conn.send({"call": calls[-1]})
                 result = real[name](*args, **kwargs)
-                if kwargs.get("async_op") and result is not None:
+                try:  # async_op may also come by position
+                    bound = inspect.signature(real[name]).bind(*args, **kwargs).arguments
+                except TypeError:
+                    bound = kwargs
+                if bound.get("async_op") and result is not None:
                     result = _Handle(result)
                     handles.append(result)
                 return result
@@ -485,7 +494,8 @@ def _verdict(ranks: list[dict[str, Any]], world: int) -> tuple[str, str, str] | 
                 f"rank {r['rank']} never called .wait() on {r['not_waited']} of the handles "
                 "that its async_op=True collectives returned",
                 "async_op=True returns a work handle at once, before the sum has arrived: "
-                "call .wait() on each handle before you divide or return",
+                "call .wait() (or .get_future().wait()) on each handle before you divide or "
+                "return",
             )
     for r in ranks:
         if not r.get("group_alive", True):

@@ -173,7 +173,7 @@ def check_causal_attention(
                 lambda: weights @ kd,
             ),
             (
-                "Your output matches dividing by sqrt(head_size) after the softmax: scale the "
+                "Your output matches dividing by sqrt(d_k) after the softmax: scale the "
                 "scores before it.",
                 lambda: weights / math.sqrt(hs) @ vd,
             ),
@@ -193,13 +193,12 @@ def check_causal_attention(
                 ),
             ),
             (
-                "Your output matches no scaling: divide the scores by sqrt(head_size) "
-                f"= sqrt({hs}).",
+                f"Your output matches no scaling: divide the scores by sqrt(d_k) = sqrt({hs}).",
                 lambda: _causal_sdpa(q, k, v, is_causal=True, scale=1.0),
             ),
             (
                 "Your output matches dividing by head_size: divide the scores by "
-                f"sqrt(head_size) = sqrt({hs}) instead.",
+                f"sqrt(d_k) = sqrt({hs}) instead.",
                 lambda: _causal_sdpa(q, k, v, is_causal=True, scale=1.0 / hs),
             ),
             (
