@@ -139,7 +139,7 @@ def draw() -> Figure:
         x1 + 1.2,
         1.05,
         "The book's helper drops the cache and\nreruns the cropped window "
-        "(chapter 10:\nrotary positions avoid this).",
+        "(chapter 10: rotary\npositions avoid the position shift).",
         size=7.5,
         color=MUTED,
     )
