@@ -686,6 +686,7 @@ HINTS: dict[str, dict[str, str]] = {
         "no_scaling": "matches no scaling",
         "scales_by_head_size": "dividing by head_size",
         "scales_by_sqrt_C": NEUTRAL,
+        "scales_by_sqrt_d_v": "dividing by sqrt(d_v)",
         "returns_tuple": "not a tuple",
     },
     "scaled_scores": {
