@@ -241,7 +241,7 @@ def _worker(fn: Callable[..., Any], rank: int, world: int, port: int, conn: Conn
                 result = real[name](*args, **kwargs)
                 try:  # async_op may also come by position
                     bound = inspect.signature(real[name]).bind(*args, **kwargs).arguments
-                except TypeError:
+                except (TypeError, ValueError):  # a signature Python cannot read
                     bound = kwargs
                 if bound.get("async_op") and result is not None:
                     result = _Handle(result)
